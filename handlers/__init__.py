@@ -1,0 +1,1 @@
+"""Runtime that goes into every image: v2 protocol, batching, backends. Never imports toolkit."""
