@@ -58,3 +58,91 @@ def matmul_relu(path: Path, size: int = 16, batch: Dim = "N", seed: int = 0) -> 
     nodes = [helper.make_node("MatMul", ["INPUT0", "W"], ["mm"]), helper.make_node("Relu", ["mm"], ["OUTPUT0"])]
     graph = helper.make_graph(nodes, "matmul_relu", vin, vout, initializer=[numpy_helper.from_array(w, "W")])
     return _save(helper.make_model(graph, opset_imports=OPSET), path)
+
+
+# --- builders for tests/test_onnx_autocomplete.py -------------------------------------------------
+
+
+def save_graph(
+    path: Path,
+    inputs: Sequence[onnx.ValueInfoProto],
+    outputs: Sequence[onnx.ValueInfoProto],
+    nodes: Sequence[onnx.NodeProto],
+    initializers: Sequence[onnx.TensorProto] = (),
+    ir_version: int = 8,
+    opsets: Sequence[onnx.OperatorSetIdProto] = tuple(OPSET),
+    check: bool = True,
+) -> Path:
+    """Any graph, saved with the given IR version (the checker is skipped for custom domains)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    graph = helper.make_graph(list(nodes), "graph", list(inputs), list(outputs), initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=list(opsets))
+    model.ir_version = ir_version
+    if check:
+        onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def initializer_input(path: Path, ir_version: int = 8) -> Path:
+    """Y = X + W where W is a graph input that also has an initializer (a default value)."""
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "W")
+    vin = [
+        helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 4]),
+        helper.make_tensor_value_info("W", TensorProto.FLOAT, [4]),
+    ]
+    vout = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])]
+    opsets = [helper.make_opsetid("", 8 if ir_version < 4 else 17)]
+    return save_graph(path, vin, vout, [helper.make_node("Add", ["X", "W"], ["Y"])], [w], ir_version, opsets)
+
+
+def passthrough(path: Path, dtype: int, in_shape: Sequence[Dim] | None, out_shape: Sequence[Dim] | None = None) -> Path:
+    """OUT = Identity(IN) with any element type; a shape of None declares an unknown rank."""
+    out_shape = in_shape if out_shape is None else out_shape
+    vin = [helper.make_tensor_value_info("IN", dtype, None if in_shape is None else list(in_shape))]
+    vout = [helper.make_tensor_value_info("OUT", dtype, None if out_shape is None else list(out_shape))]
+    # onnx's checker insists on a shape for graph inputs and outputs; ORT does not.
+    check = in_shape is not None and out_shape is not None
+    return save_graph(path, vin, vout, [helper.make_node("Identity", ["IN"], ["OUT"])], check=check)
+
+
+def sequence_input(path: Path) -> Path:
+    """LEN = SequenceLength(SEQ): a non-tensor (sequence) input."""
+    seq = helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, ["N"]))
+    vin = [helper.make_value_info("SEQ", seq)]
+    vout = [helper.make_tensor_value_info("LEN", TensorProto.INT64, [])]
+    return save_graph(path, vin, vout, [helper.make_node("SequenceLength", ["SEQ"], ["LEN"])])
+
+
+def refined_output(path: Path) -> Path:
+    """OUT = IN declared with shape [q, r]; ONNX shape inference knows it is [N, 16]."""
+    vin = [helper.make_tensor_value_info("IN", TensorProto.FLOAT, ["N", 16])]
+    vout = [helper.make_tensor_value_info("OUT", TensorProto.FLOAT, ["q", "r"])]
+    return save_graph(path, vin, vout, [helper.make_node("Relu", ["IN"], ["OUT"])])
+
+
+def custom_op(path: Path) -> Path:
+    """OUT = com.example.MyOp(IN): an operator from a custom-op library ORT does not know."""
+    vin = [helper.make_tensor_value_info("IN", TensorProto.FLOAT, ["N", 8])]
+    vout = [helper.make_tensor_value_info("OUT", TensorProto.FLOAT, ["N", 8])]
+    opsets = [*OPSET, helper.make_opsetid("com.example", 1)]
+    node = helper.make_node("MyOp", ["IN"], ["OUT"], domain="com.example")
+    return save_graph(path, vin, vout, [node], opsets=opsets, check=False)
+
+
+def external_data_directory(directory: Path, size: int = 64) -> Path:
+    """A model directory (`<version>/model.onnx/`) holding model.onnx plus its weights file."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    w = np.random.default_rng(0).standard_normal((size, size)).astype(np.float32)
+    vin = [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["N", size])]
+    vout = [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["N", size])]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["INPUT0", "W"], ["OUTPUT0"])], "external", vin, vout,
+        initializer=[numpy_helper.from_array(w, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=OPSET)
+    model.ir_version = 8
+    onnx.save(model, str(directory / "model.onnx"), save_as_external_data=True, location="weights.bin", size_threshold=0)
+    return directory
