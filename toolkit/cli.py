@@ -164,6 +164,53 @@ def config(
     sys.stdout.write(json.dumps(compiled.config, indent=2) + "\n")
 
 
+def _resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    try:
+        import onnxruntime
+    except ImportError:
+        return "cpu"
+    return "gpu" if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else "cpu"
+
+
+@app.command()
+def serve(
+    repo: RepoArg,
+    host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on")] = 8000,
+    model: ModelOpt = None,
+    device: Annotated[str, typer.Option("--device", help="auto (GPU when onnxruntime has CUDA), cpu, gpu or gpu:N")] = "auto",
+    exit_on_error: Annotated[
+        bool,
+        typer.Option("--exit-on-error/--no-exit-on-error", help="Fail at startup if a model fails to load (tritonserver's default)"),
+    ] = True,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+) -> None:
+    """Serve a repository locally with the same runtime the images run (v2 protocol over HTTP)."""
+    import logging
+
+    from handlers.entrypoints.server import serve as run_server
+    from handlers.manifest import Manifest
+    from handlers.model_repository import ModelRepository
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    result = _compile(repo, model, _resolve_device(device), False)
+    for name in sorted(result.failures):
+        error = result.failures[name]
+        where = f"{error.location}: " if error.location else ""
+        err_console.print(f"[red]error:[/red] {name}: {where}{error.message}", highlight=False, soft_wrap=True)
+    if result.failures and exit_on_error:
+        raise typer.Exit(1)
+    for name, compiled in sorted(result.models.items()):
+        for warning in compiled.warnings:
+            err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
+    manifest = Manifest.from_dict(result.manifest(), root=result.root)
+    repository = ModelRepository(manifest)
+    err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)
+    raise typer.Exit(run_server(repository, host, port, exit_on_error=exit_on_error, log_level=log_level))
+
+
 def main() -> None:
     app()
 

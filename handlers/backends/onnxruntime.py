@@ -1,0 +1,285 @@
+"""ONNX Runtime backend: one InferenceSession per model instance, as Triton's onnxruntime backend.
+
+Session options come from the config's `parameters` (intra_op_thread_count, inter_op_thread_count,
+execution_mode, enable_mem_arena, enable_mem_pattern) and `optimization.graph.level`; execution
+providers from the instance group kind and `optimization.execution_accelerators` (CUDA and
+TensorRT on GPU instances, OpenVINO on CPU when installed). Batches arrive as lists of requests;
+their inputs are concatenated along the batch dimension, run once, and split back per request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import InferenceError, internal, invalid_argument
+from ..inference import InferOutcome, InferRequest, InferResponse
+from ..manifest import ModelSpec
+
+log = logging.getLogger("handlers.onnxruntime")
+
+# Triton's documented `optimization { graph { level } }` values.
+_GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
+TRT_CACHE_ENV = "TOOLKIT_TRT_CACHE_DIR"
+
+
+class ModelLoadError(Exception):
+    """A model (instance) cannot be created; the message says why and what to do."""
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as exc:  # pragma: no cover - depends on the installed extra
+        raise ModelLoadError(
+            "onnxruntime is not installed: install the runtime extra, e.g. "
+            "pip install 'triton-serverless-toolkit[cpu]' (or [gpu])"
+        ) from exc
+    return onnxruntime
+
+
+def _parameter(config: dict, key: str) -> str | None:
+    value = config.get("parameters", {}).get(key)
+    if value is None:
+        return None
+    return value.get("string_value", "") if isinstance(value, dict) else str(value)
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "on", "yes"):
+        return True
+    if lowered in ("0", "false", "off", "no"):
+        return False
+    raise ModelLoadError(f"failed to convert '{text}' to boolean value")
+
+
+def session_options(config: dict):
+    ort = _ort()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    intra = _parameter(config, "intra_op_thread_count")
+    if intra is not None:
+        options.intra_op_num_threads = int(intra)
+    inter = _parameter(config, "inter_op_thread_count")
+    if inter is not None:
+        options.inter_op_num_threads = int(inter)
+    mode = _parameter(config, "execution_mode")
+    if mode is not None:
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if int(mode) == 1 else ort.ExecutionMode.ORT_SEQUENTIAL
+    arena = _parameter(config, "enable_mem_arena")
+    if arena is not None:
+        options.enable_cpu_mem_arena = _bool(arena)
+    pattern = _parameter(config, "enable_mem_pattern")
+    if pattern is not None:
+        options.enable_mem_pattern = _bool(pattern)
+    level = config.get("optimization", {}).get("graph", {}).get("level", 0)
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _GRAPH_LEVELS.get(int(level), "ORT_ENABLE_ALL"))
+    return options
+
+
+def execution_providers(config: dict, kind: str, device_id: int, model_name: str) -> list:
+    """The provider list for one instance (Triton's ModelState::LoadModel)."""
+    ort = _ort()
+    available = set(ort.get_available_providers())
+    accelerators = config.get("optimization", {}).get("execution_accelerators", {})
+    providers: list = []
+    if kind == "KIND_GPU":
+        if "CUDAExecutionProvider" not in available:
+            raise ModelLoadError(
+                f"model '{model_name}' has a KIND_GPU instance group but no GPU execution provider is "
+                f"available (onnxruntime providers: {', '.join(sorted(available))}); install "
+                "'triton-serverless-toolkit[gpu]' on a machine with an NVIDIA GPU, or serve it on CPU with "
+                "--device cpu"
+            )
+        cuda_options: dict[str, Any] = {"device_id": device_id}
+        algo = _parameter(config, "cudnn_conv_algo_search")
+        if algo is not None:
+            cuda_options["cudnn_conv_algo_search"] = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}.get(algo, algo)
+        limit = _parameter(config, "gpu_mem_limit")
+        if limit is not None:
+            cuda_options["gpu_mem_limit"] = int(limit)
+        strategy = _parameter(config, "arena_extend_strategy")
+        if strategy is not None:
+            cuda_options["arena_extend_strategy"] = {"0": "kNextPowerOfTwo", "1": "kSameAsRequested"}.get(strategy, strategy)
+        copy_stream = _parameter(config, "do_copy_in_default_stream")
+        if copy_stream is not None:
+            cuda_options["do_copy_in_default_stream"] = int(_bool(copy_stream))
+        for accelerator in accelerators.get("gpu_execution_accelerator", []):
+            name = accelerator.get("name", "")
+            params = accelerator.get("parameters", {})
+            if name == "tensorrt":
+                if "TensorrtExecutionProvider" not in available:
+                    raise ModelLoadError(
+                        f"model '{model_name}' requests the TensorRT execution accelerator but onnxruntime "
+                        "has no TensorrtExecutionProvider here"
+                    )
+                providers.append(("TensorrtExecutionProvider", _tensorrt_options(params, model_name, device_id)))
+            elif name == "cuda":
+                cuda_options.update(params)
+            else:
+                raise ModelLoadError(f"unknown Execution Accelerator '{name}' is requested")
+        providers.append(("CUDAExecutionProvider", cuda_options))
+    else:
+        for accelerator in accelerators.get("cpu_execution_accelerator", []):
+            name = accelerator.get("name", "")
+            if name == "openvino":
+                if "OpenVINOExecutionProvider" not in available:
+                    raise ModelLoadError(
+                        f"model '{model_name}' requests the OpenVINO execution accelerator but onnxruntime "
+                        "has no OpenVINOExecutionProvider here (install onnxruntime-openvino)"
+                    )
+                providers.append(("OpenVINOExecutionProvider", {"device_type": "CPU"}))
+            else:
+                raise ModelLoadError(f"unknown Execution Accelerator '{name}' is requested")
+    providers.append("CPUExecutionProvider")
+    return providers
+
+
+def _tensorrt_options(params: dict[str, str], model_name: str, device_id: int) -> dict[str, Any]:
+    options: dict[str, Any] = {"device_id": device_id}
+    for key, value in params.items():
+        if key == "precision_mode":
+            options["trt_fp16_enable"] = value.upper() == "FP16"
+            options["trt_int8_enable"] = value.upper() == "INT8"
+        elif key == "max_workspace_size_bytes":
+            options["trt_max_workspace_size"] = int(value)
+        elif key.startswith("trt_"):
+            options[key] = value
+        else:
+            options[f"trt_{key}"] = value
+    # A warm engine cache makes later cold starts skip the TensorRT engine build.
+    options.setdefault("trt_engine_cache_enable", True)
+    cache_root = os.environ.get(TRT_CACHE_ENV, os.path.join(os.environ.get("TMPDIR", "/tmp"), "toolkit-trt-cache"))
+    options.setdefault("trt_engine_cache_path", os.path.join(cache_root, model_name))
+    Path(options["trt_engine_cache_path"]).mkdir(parents=True, exist_ok=True)
+    return options
+
+
+def _onnx_file(path: Path) -> Path:
+    return path / "model.onnx" if path.is_dir() else path
+
+
+class OnnxRuntimeInstance:
+    """One model instance: its own InferenceSession, used by one batcher worker thread at a time."""
+
+    def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> None:
+        ort = _ort()
+        self.name = name
+        self.kind = kind
+        self.device_id = device_id
+        self.spec = spec
+        self.version = version
+        config = spec.config
+        providers = execution_providers(config, kind, device_id, spec.name)
+        path = _onnx_file(spec.model_files[version])
+        started = time.perf_counter()
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=session_options(config), providers=providers)
+        except Exception as exc:
+            raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc
+        self.load_seconds = time.perf_counter() - started
+        self.batching = spec.max_batch_size > 0
+        self._inputs = {io["name"]: io for io in config.get("input", [])}
+        self._outputs = {io["name"]: io for io in config.get("output", [])}
+        self._output_names = [io["name"] for io in config.get("output", [])]
+        self._string_outputs = {n for n, io in self._outputs.items() if io["data_type"] == "TYPE_STRING"}
+        self._input_reshape = {n: tuple(io["reshape"]["shape"]) for n, io in self._inputs.items() if "reshape" in io}
+        self._output_reshape = {n: tuple(io["dims"]) for n, io in self._outputs.items() if "reshape" in io}
+
+    # -- execution ------------------------------------------------------------------------------
+
+    def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
+        """Run a batch. A batching model runs the whole batch at once; a non-batching model
+        (max_batch_size 0) is never merged, so each of its requests runs on its own."""
+        if self.batching or len(requests) == 1:
+            return self._run(requests)
+        outcomes: list[InferOutcome] = []
+        for request in requests:
+            outcomes.extend(self._run([request]))
+        return outcomes
+
+    def _run(self, requests: list[InferRequest]) -> list[InferOutcome]:
+        start = time.monotonic_ns()
+        try:
+            feeds = {
+                name: self._prepare(name, _concat([r.inputs[name] for r in requests]))
+                for name in requests[0].inputs
+            }
+        except InferenceError as exc:
+            return [exc] * len(requests)
+        names = self._names_to_run(requests)
+        input_end = time.monotonic_ns()
+        try:
+            results = self.session.run(names, feeds)
+        except Exception as exc:  # ORT raises its own exception types
+            return [internal(f"onnx runtime error: {exc}")] * len(requests)
+        infer_end = time.monotonic_ns()
+        outcomes = self._split(requests, dict(zip(names, results)))
+        end = time.monotonic_ns()
+        for request in requests:
+            request.compute_start_ns = start
+            request.compute_input_end_ns = input_end
+            request.compute_infer_end_ns = infer_end
+            request.compute_end_ns = end
+        return outcomes
+
+    def _names_to_run(self, requests: list[InferRequest]) -> list[str]:
+        wanted: set[str] = set()
+        for request in requests:
+            if request.requested_outputs is None:
+                return list(self._output_names)
+            wanted.update(o.name for o in request.requested_outputs)
+        return [n for n in self._output_names if n in wanted]
+
+    def _prepare(self, name: str, array: np.ndarray) -> np.ndarray:
+        if array.dtype == object:
+            try:
+                array = np.array([b.decode("utf-8") for b in array.reshape(-1)], dtype=object).reshape(array.shape)
+            except UnicodeDecodeError:
+                raise invalid_argument(
+                    f"BYTES input '{name}' of model '{self.spec.name}' is not valid UTF-8; ONNX Runtime's Python "
+                    "API passes string tensors as text"
+                ) from None
+        reshape = self._input_reshape.get(name)
+        if reshape is not None:
+            batch = (array.shape[0],) if self.batching else ()
+            array = array.reshape(batch + reshape)
+        return array
+
+    def _finish(self, name: str, array: np.ndarray, batch: int | None) -> np.ndarray:
+        if name in self._string_outputs or array.dtype.kind in ("U", "O"):
+            flat = np.empty(array.size, dtype=object)
+            flat[:] = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in array.reshape(-1)]
+            array = flat.reshape(array.shape)
+        dims = self._output_reshape.get(name)
+        if dims is not None:
+            array = array.reshape(((batch,) if batch is not None else ()) + dims)
+        return array
+
+    def _split(self, requests: list[InferRequest], outputs: dict[str, np.ndarray]) -> list[InferOutcome]:
+        responses: list[InferOutcome] = []
+        offset = 0
+        several = len(requests) > 1
+        for request in requests:
+            size = request.batch_size
+            wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
+            result: dict[str, np.ndarray] = {}
+            for name, array in outputs.items():
+                if wanted is not None and name not in wanted:
+                    continue
+                part = array[offset : offset + size] if several else array
+                result[name] = self._finish(name, part, size if self.batching else None)
+            offset += size
+            responses.append(InferResponse(request.model_name, request.model_version, result, id=request.id))
+        return responses
+
+
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
+

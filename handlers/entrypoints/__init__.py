@@ -1,0 +1,1 @@
+"""Process entry points: uvicorn (Cloud Run, Knative, `toolkit serve`) and Lambda (Mangum)."""

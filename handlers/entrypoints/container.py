@@ -1,0 +1,43 @@
+"""Container entry point for Cloud Run / Knative: `python -m handlers.entrypoints.container`.
+
+Environment:
+  PORT                   port to listen on (Cloud Run sets it; default 8080)
+  TOOLKIT_MANIFEST       compiled manifest (default /opt/toolkit/models.json); model paths in it are
+                         relative to its folder
+  TOOLKIT_HOST           address (default 0.0.0.0)
+  TOOLKIT_EXIT_ON_ERROR  "0" keeps serving when a model fails to load (it stays unready)
+  TOOLKIT_GRACEFUL_SECONDS  drain budget on SIGTERM (default 9: Cloud Run gives 10 s)
+  TOOLKIT_LOG_LEVEL      default info
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from ..manifest import Manifest
+from ..model_repository import ModelRepository
+from .server import serve
+
+DEFAULT_MANIFEST = "/opt/toolkit/models.json"
+
+
+def main() -> int:
+    level = os.environ.get("TOOLKIT_LOG_LEVEL", "info")
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    manifest = Manifest.load(Path(os.environ.get("TOOLKIT_MANIFEST", DEFAULT_MANIFEST)))
+    repository = ModelRepository(manifest)
+    return serve(
+        repository,
+        host=os.environ.get("TOOLKIT_HOST", "0.0.0.0"),
+        port=int(os.environ.get("PORT", "8080")),
+        exit_on_error=os.environ.get("TOOLKIT_EXIT_ON_ERROR", "1") != "0",
+        graceful_seconds=float(os.environ.get("TOOLKIT_GRACEFUL_SECONDS", "9")),
+        log_level=level,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Run the runtime with uvicorn: listen at once, load models in the background, drain on SIGTERM.
+
+`/v2/health/live` answers as soon as the socket is open; `/v2/health/ready` turns 200 when every
+model is loaded (the Cloud Run startup probe). On SIGTERM uvicorn stops accepting connections and
+waits for in-flight requests (up to `graceful_seconds`); the batchers then drain and stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import uvicorn
+
+from ..app import create_app
+from ..model_repository import ModelRepository
+
+log = logging.getLogger("handlers.server")
+
+
+def _fastest(module: str, fallback: str) -> str:
+    try:
+        __import__(module)
+    except ImportError:
+        return fallback
+    return module
+
+
+def serve(
+    repository: ModelRepository,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    exit_on_error: bool = True,
+    graceful_seconds: float = 30.0,
+    log_level: str = "info",
+) -> int:
+    """Serve until SIGTERM/SIGINT; returns the process exit status."""
+    app = create_app(repository)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        loop="uvloop" if _fastest("uvloop", "asyncio") == "uvloop" else "asyncio",
+        http="httptools" if _fastest("httptools", "h11") == "httptools" else "h11",
+        lifespan="off",
+        access_log=False,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(graceful_seconds),
+        timeout_keep_alive=75,
+    )
+    server = uvicorn.Server(config)
+    failure: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            repository.load(exit_on_error=exit_on_error)
+        except BaseException as exc:  # reported after the server stops
+            failure.append(exc)
+            server.should_exit = True
+
+    loader = threading.Thread(target=load, name="model-loader", daemon=True)
+    loader.start()
+    try:
+        server.run()
+    finally:
+        loader.join()
+        repository.stop(drain=True, timeout=graceful_seconds)
+    if failure:
+        log.error("%s", failure[0])
+        return 1
+    return 0

@@ -1,0 +1,30 @@
+"""Model instances from `instance_group`, named and placed as tritonserver does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class InstanceSlot:
+    name: str
+    kind: str  # KIND_CPU, KIND_GPU or KIND_MODEL
+    device_id: int
+
+
+def instance_slots(config: dict[str, Any]) -> list[InstanceSlot]:
+    """One slot per instance to create, the same for every version of the model.
+
+    TritonModelInstance::CreateInstances: `count` instances per group, and for KIND_GPU `count`
+    on each listed GPU; an instance is named "<group>_<i>" when count > 1, else the group name.
+    """
+    slots: list[InstanceSlot] = []
+    for group in config.get("instance_group", []):
+        kind = group.get("kind", "KIND_CPU")
+        count = int(group.get("count", 1))
+        for index in range(count):
+            name = f"{group['name']}_{index}" if count > 1 else group["name"]
+            for gpu in group.get("gpus", []) if kind == "KIND_GPU" else [0]:
+                slots.append(InstanceSlot(name, kind, int(gpu)))
+    return slots

@@ -1,0 +1,206 @@
+"""The loaded models of one runtime: instances, batchers, readiness, and lookup by name/version.
+
+Loading happens outside ASGI lifespan (Mangum runs lifespan on every Lambda invocation): at
+import/init time on Lambda, in a background thread for uvicorn so `/v2/health/live` answers while
+models load and `/v2/health/ready` turns 200 once every model is loaded.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .batching import DynamicBatcher
+from .errors import InferenceError, not_found, unavailable
+from .inference import InferRequest, InferResponse
+from .instance_group import InstanceSlot, instance_slots
+from .manifest import Manifest, ModelSpec
+from .metrics import ModelMetrics
+from .statistics import ModelStatistics
+from .warmup import warm_up, warmup_samples
+
+log = logging.getLogger("handlers.models")
+
+
+class ModelState(enum.Enum):
+    LOADING = "LOADING"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+# backend name -> factory(spec, version, slot) -> model instance with .execute(requests)
+InstanceFactory = Callable[[ModelSpec, int, InstanceSlot], Any]
+
+
+def _onnxruntime_factory(spec: ModelSpec, version: int, slot: InstanceSlot) -> Any:
+    from .backends.onnxruntime import OnnxRuntimeInstance
+
+    return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id)
+
+
+DEFAULT_BACKENDS: dict[str, InstanceFactory] = {"onnxruntime": _onnxruntime_factory}
+
+
+@dataclass
+class LoadedModel:
+    """One version of one model."""
+
+    spec: ModelSpec
+    version: int
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    instances: list[Any] = field(default_factory=list)
+    batcher: DynamicBatcher | None = None
+    load_seconds: float = 0.0  # instances created (sessions loaded)
+    warmup_seconds: float = 0.0  # model_warmup run on every instance
+    statistics: ModelStatistics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.statistics = ModelStatistics(self.spec.name, self.version, ModelMetrics(self.spec.name, self.version))
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def ready(self) -> bool:
+        return self.state is ModelState.READY
+
+    def not_ready_error(self) -> InferenceError:
+        return unavailable(f"Request for unknown model: '{self.name}' version {self.version} is not at ready state")
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        if self.batcher is None or not self.ready:
+            raise self.not_ready_error()
+        return await self.batcher.infer(request)
+
+    def infer_sync(self, request: InferRequest, timeout: float | None = None) -> InferResponse:
+        if self.batcher is None or not self.ready:
+            raise self.not_ready_error()
+        return self.batcher.infer_sync(request, timeout)
+
+
+class ModelRepository:
+    def __init__(
+        self,
+        manifest: Manifest,
+        *,
+        backends: dict[str, InstanceFactory] | None = None,
+        no_queue_delay: bool = False,
+    ) -> None:
+        self.manifest = manifest
+        self.backends = dict(DEFAULT_BACKENDS if backends is None else backends)
+        self.no_queue_delay = no_queue_delay
+        self.models: dict[str, dict[int, LoadedModel]] = {
+            name: {v: LoadedModel(spec, v) for v in spec.versions} for name, spec in manifest.models.items()
+        }
+        self._loaded = threading.Event()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def load(self, *, exit_on_error: bool = True, max_workers: int | None = None) -> None:
+        """Create every instance of every model version (in parallel) and start the batchers.
+
+        With `exit_on_error` (Triton's default) the first failure is raised after everything is
+        stopped; otherwise the failed model stays UNAVAILABLE with its reason and the rest serve.
+        """
+        started = time.perf_counter()
+        versions = [m for by_version in self.models.values() for m in by_version.values()]
+        with ThreadPoolExecutor(max_workers=max_workers or max(4, len(versions))) as pool:
+            list(pool.map(self._load_version, versions))
+        failed = [m for m in versions if m.state is ModelState.UNAVAILABLE]
+        log.info("loaded %d model version(s) in %.3f s", len(versions) - len(failed), time.perf_counter() - started)
+        self._loaded.set()
+        if failed and exit_on_error:
+            self.stop(drain=False)
+            first = failed[0]
+            raise RuntimeError(f"failed to load '{first.name}' version {first.version}: {first.reason}")
+
+    def _load_version(self, model: LoadedModel) -> None:
+        started = time.perf_counter()
+        try:
+            factory = self.backends.get(model.spec.backend)
+            if factory is None:
+                raise RuntimeError(f"backend '{model.spec.backend}' is not available in this runtime")
+            slots = instance_slots(model.spec.config)
+            with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
+                model.instances = list(pool.map(lambda s: factory(model.spec, model.version, s), slots))
+                model.load_seconds = time.perf_counter() - started
+                samples = warmup_samples(model.spec)
+                if samples:
+                    warm_started = time.perf_counter()
+                    list(pool.map(lambda i: warm_up(i, model.spec, model.version, samples, model.statistics), model.instances))
+                    model.warmup_seconds = time.perf_counter() - warm_started
+            metrics = model.statistics.metrics
+            if metrics is not None:
+                metrics.load_seconds.set(model.load_seconds)
+                metrics.warmup_seconds.set(model.warmup_seconds)
+            model.batcher = DynamicBatcher(
+                model.name,
+                model.spec.config,
+                model.instances,
+                observer=model.statistics,
+                no_queue_delay=self.no_queue_delay,
+            )
+            model.batcher.start()
+            model.state = ModelState.READY
+            log.info(
+                "model '%s' version %d ready: %d instance(s), load %.3f s, warmup %.3f s",
+                model.name, model.version, len(model.instances), model.load_seconds, model.warmup_seconds,
+            )
+        except Exception as exc:  # a failing model never takes the others down
+            model.state = ModelState.UNAVAILABLE
+            model.reason = str(exc)
+            log.error("failed to load '%s' version %d: %s", model.name, model.version, exc)
+
+    def stop(self, *, drain: bool = True, timeout: float = 30.0) -> None:
+        for by_version in self.models.values():
+            for model in by_version.values():
+                if model.batcher is not None:
+                    model.batcher.stop(drain=drain, timeout=timeout)
+
+    # -- queries ------------------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._loaded.is_set()
+
+    def ready(self) -> bool:
+        """Server readiness: everything loaded, and every model version ready."""
+        return self.loaded and all(m.ready for by_version in self.models.values() for m in by_version.values())
+
+    def ready_versions(self, name: str) -> list[int]:
+        return sorted(v for v, m in self.models.get(name, {}).items() if m.ready)
+
+    def get(self, name: str, version: str | int | None = None) -> LoadedModel:
+        """The model version a request addresses (latest ready version when none is given), with
+        tritonserver's 404 messages."""
+        by_version = self.models.get(name)
+        if by_version is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if version in (None, ""):
+            ready = self.ready_versions(name)
+            if not ready:
+                raise unavailable(f"Request for unknown model: '{name}' has no available versions")
+            return by_version[ready[-1]]
+        number = int(version)
+        model = by_version.get(number)
+        if model is None:
+            raise not_found(f"Request for unknown model: '{name}' version {number} is not found")
+        return model
+
+    def index(self) -> list[dict[str, Any]]:
+        """Triton's repository index entries (name, version, state, reason)."""
+        entries = []
+        for name in sorted(self.models):
+            for version, model in sorted(self.models[name].items()):
+                entry = {"name": name, "version": str(version), "state": model.state.value}
+                if model.reason:
+                    entry["reason"] = model.reason
+                entries.append(entry)
+        return entries

@@ -1,0 +1,156 @@
+"""Triton's statistics extension: per model version counters, fed by the batcher's observer.
+
+`GET /v2/models/stats` and `GET /v2/models/{m}[/versions/{v}]/stats` return exactly Triton's
+schema (`model_stats: [{name, version, last_inference, inference_count, execution_count,
+inference_stats: {success, fail, queue, compute_input, compute_infer, compute_output, cache_hit,
+cache_miss}, response_stats, batch_stats: [{batch_size, compute_input, compute_infer,
+compute_output}], memory_usage}]`). Durations are cumulative nanoseconds, per request for
+`inference_stats` and per execution for `batch_stats`. `success.ns` runs from the moment the
+server received the request to the end of its execution, as Triton's request duration does; warmup
+executions are counted like any other, as Triton counts them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Sequence
+
+from .batching import BatchExecution, FailureReason
+from .errors import InferenceError
+from .inference import InferRequest
+from .metrics import ModelMetrics
+
+
+class _Duration:
+    __slots__ = ("count", "ns")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ns = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += max(0, ns)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+class _BatchSizeStats:
+    __slots__ = ("compute_input", "compute_infer", "compute_output")
+
+    def __init__(self) -> None:
+        self.compute_input = _Duration()
+        self.compute_infer = _Duration()
+        self.compute_output = _Duration()
+
+
+class ModelStatistics:
+    """Statistics of one model version; a BatcherObserver (thread-safe)."""
+
+    def __init__(self, name: str, version: int, metrics: ModelMetrics | None = None) -> None:
+        self.name = name
+        self.version = version
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self.last_inference_ms = 0
+        self.inference_count = 0
+        self.execution_count = 0
+        self.success = _Duration()
+        self.fail = _Duration()
+        self.queue = _Duration()
+        self.compute_input = _Duration()
+        self.compute_infer = _Duration()
+        self.compute_output = _Duration()
+        self.batch_stats: dict[int, _BatchSizeStats] = {}
+
+    # -- BatcherObserver ----------------------------------------------------------------------------
+
+    def request_queued(self, request: InferRequest) -> None:
+        if self.metrics is not None:
+            self.metrics.pending.inc()
+
+    def batch_started(self, instance: str, requests: Sequence[InferRequest]) -> None:
+        if self.metrics is not None:
+            self.metrics.pending.dec(len(requests))
+
+    def batch_executed(self, execution: BatchExecution) -> None:
+        with self._lock:
+            self.inference_count += execution.batch_size
+            self.execution_count += 1
+            stats = self.batch_stats.get(execution.batch_size)
+            if stats is None:
+                stats = self.batch_stats[execution.batch_size] = _BatchSizeStats()
+            stats.compute_input.add(execution.compute_input_ns)
+            stats.compute_infer.add(execution.compute_infer_ns)
+            stats.compute_output.add(execution.compute_output_ns)
+            self.last_inference_ms = int(time.time() * 1000)
+        if self.metrics is not None:
+            self.metrics.inference_count.inc(execution.batch_size)
+            self.metrics.execution_count.inc()
+
+    def request_succeeded(self, instance: str, request: InferRequest) -> None:
+        queue_ns = request.compute_start_ns - request.queue_start_ns
+        input_ns = request.compute_input_end_ns - request.compute_start_ns
+        infer_ns = request.compute_infer_end_ns - request.compute_input_end_ns
+        output_ns = request.compute_end_ns - request.compute_infer_end_ns
+        total_ns = request.compute_end_ns - request.received_ns
+        with self._lock:
+            self.success.add(total_ns)
+            self.queue.add(queue_ns)
+            self.compute_input.add(input_ns)
+            self.compute_infer.add(infer_ns)
+            self.compute_output.add(output_ns)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.success.inc()
+            metrics.request_duration_us.inc(max(0, total_ns) / 1000)
+            metrics.queue_duration_us.inc(max(0, queue_ns) / 1000)
+            metrics.compute_input_duration_us.inc(max(0, input_ns) / 1000)
+            metrics.compute_infer_duration_us.inc(max(0, infer_ns) / 1000)
+            metrics.compute_output_duration_us.inc(max(0, output_ns) / 1000)
+
+    def request_failed(
+        self, instance: str | None, request: InferRequest, error: InferenceError, reason: FailureReason
+    ) -> None:
+        ended = time.monotonic_ns()
+        with self._lock:
+            self.fail.add(ended - request.received_ns)
+        if self.metrics is not None:
+            if instance is None:
+                self.metrics.pending.dec()
+            self.metrics.failure(reason.value).inc()
+
+    # -- Triton JSON --------------------------------------------------------------------------------
+
+    def as_dict(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "name": self.name,
+                "version": str(self.version),
+                "last_inference": self.last_inference_ms,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count,
+                "inference_stats": {
+                    "success": self.success.as_dict(),
+                    "fail": self.fail.as_dict(),
+                    "queue": self.queue.as_dict(),
+                    "compute_input": self.compute_input.as_dict(),
+                    "compute_infer": self.compute_infer.as_dict(),
+                    "compute_output": self.compute_output.as_dict(),
+                    "cache_hit": {"count": 0, "ns": 0},
+                    "cache_miss": {"count": 0, "ns": 0},
+                },
+                "response_stats": {},
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": stats.compute_input.as_dict(),
+                        "compute_infer": stats.compute_infer.as_dict(),
+                        "compute_output": stats.compute_output.as_dict(),
+                    }
+                    for size, stats in sorted(self.batch_stats.items())
+                ],
+                "memory_usage": [],
+            }

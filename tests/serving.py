@@ -1,0 +1,85 @@
+"""Start `toolkit serve` as a real process for tests, and wait for readiness."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOLKIT = [sys.executable, "-m", "toolkit.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 2.0) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+class Server:
+    def __init__(self, process: subprocess.Popen, port: int, log: Path):
+        self.process = process
+        self.port = port
+        self.log = log
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def http(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serve(repo: Path, *args: str, ready_timeout: float = 90.0, env: dict | None = None, wait_ready: bool = True) -> Iterator[Server]:
+    port = free_port()
+    log = Path(os.environ.get("PYTEST_TMPDIR", "/tmp")) / f"toolkit-serve-{port}.log"
+    handle = open(log, "w")
+    process = subprocess.Popen(
+        [*TOOLKIT, "serve", str(repo), "--port", str(port), "--log-level", "warning", *args],
+        cwd=ROOT,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+    )
+    server = Server(process, port, log)
+    try:
+        if wait_ready:
+            deadline = time.monotonic() + ready_timeout
+            while _get(f"{server.http}/v2/health/ready") != 200:
+                if process.poll() is not None:
+                    raise RuntimeError(f"toolkit serve exited with {process.returncode}:\n{server.output()}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"toolkit serve not ready after {ready_timeout}s:\n{server.output()}")
+                time.sleep(0.1)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        handle.close()

@@ -1,0 +1,209 @@
+"""The Lambda handler with real Function URL / API Gateway v2 / v1 event documents.
+
+Requests are built by tritonclient's own encoder and responses decoded by tritonclient's
+InferResult, so the bytes are what real clients send and read. No Lambda service runs here: the
+events are the documented payload formats handed to the handler as Lambda's runtime would.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.http import InferResult
+from tritonclient.http._utils import _get_inference_request
+
+import model_builders as mb
+from conftest import write_config
+from handlers.entrypoints.lambda_handler import LambdaHandler
+from toolkit.repository.compile import compile_repository
+from handlers.manifest import Manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def manifest_path(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("lambda") / "models"
+    mb.add_sub(repo / "add_sub" / "1" / "model.onnx", dims=("N", "M"))
+    write_config(repo, "add_sub", """
+        backend: "onnxruntime"
+        max_batch_size: 64
+        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+                { name: "INPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },
+                 { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]
+        dynamic_batching { max_queue_delay_microseconds: 100000 }
+        instance_group [ { count: 1 kind: KIND_GPU } ]
+    """)
+    result = compile_repository(repo, device="cpu")
+    assert result.ok, result.failures
+    return result.write_manifest(repo / "models.json")
+
+
+@pytest.fixture(scope="module")
+def handler(manifest_path):
+    h = LambdaHandler.from_manifest(Manifest.load(manifest_path))
+    yield h
+    h.repository.stop()
+
+
+def _infer_body(a: np.ndarray, b: np.ndarray, binary: bool) -> tuple[bytes, int | None]:
+    inputs = [httpclient.InferInput("INPUT0", a.shape, "FP32"), httpclient.InferInput("INPUT1", b.shape, "FP32")]
+    inputs[0].set_data_from_numpy(a, binary_data=binary)
+    inputs[1].set_data_from_numpy(b, binary_data=binary)
+    outputs = [httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0", "OUTPUT1")]
+    body, json_size = _get_inference_request(inputs, "req-7", outputs, 0, False, False, 0, None, None)
+    return body, json_size
+
+
+def function_url_event(method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> dict:
+    encoded = body is not None and not body.isascii()
+    return {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": "",
+        "headers": {"host": "abcdefg.lambda-url.us-east-1.on.aws", "user-agent": "tritonclient", **(headers or {})},
+        "requestContext": {
+            "accountId": "123456789012",
+            "apiId": "abcdefg",
+            "domainName": "abcdefg.lambda-url.us-east-1.on.aws",
+            "domainPrefix": "abcdefg",
+            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "203.0.113.7", "userAgent": "tritonclient"},
+            "requestId": "c6af9ac6-7b61-11e6-9a41-93e8deadbeef",
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": "22/Nov/2026:07:00:00 +0000",
+            "timeEpoch": 1795331200000,
+        },
+        "body": (base64.b64encode(body).decode() if encoded else body.decode()) if body is not None else None,
+        "isBase64Encoded": encoded,
+    }
+
+
+def api_gateway_v1_event(method: str, path: str, body: bytes | None = None, headers: dict | None = None) -> dict:
+    encoded = body is not None and not body.isascii()
+    all_headers = {"Host": "abc.execute-api.us-east-1.amazonaws.com", **(headers or {})}
+    return {
+        "resource": "/{proxy+}",
+        "path": path,
+        "httpMethod": method,
+        "headers": all_headers,
+        "multiValueHeaders": {k: [v] for k, v in all_headers.items()},
+        "queryStringParameters": None,
+        "multiValueQueryStringParameters": None,
+        "pathParameters": {"proxy": path.lstrip("/")},
+        "stageVariables": None,
+        "requestContext": {
+            "resourcePath": "/{proxy+}",
+            "httpMethod": method,
+            "path": f"/prod{path}",
+            "stage": "prod",
+            "requestId": "d0d37a8f-0000-4f4e-b7f2-0123456789ab",
+            "identity": {"sourceIp": "203.0.113.7", "userAgent": "tritonclient"},
+            "accountId": "123456789012",
+            "apiId": "abc",
+        },
+        "body": (base64.b64encode(body).decode() if encoded else body.decode()) if body is not None else None,
+        "isBase64Encoded": encoded,
+    }
+
+
+def _read(response: dict) -> tuple[bytes, dict]:
+    body = response["body"] or ""
+    raw = base64.b64decode(body) if response.get("isBase64Encoded") else body.encode()
+    headers = {k.lower(): v for k, v in (response.get("headers") or {}).items()}
+    return raw, headers
+
+
+@pytest.mark.parametrize("event_kind", ["function_url", "api_gateway_v1"])
+@pytest.mark.parametrize("binary", [True, False])
+def test_infer_through_events(handler, event_kind, binary):
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.full((2, 3), 0.5, np.float32)
+    body, json_size = _infer_body(a, b, binary)
+    headers = {"content-type": "application/octet-stream" if binary else "application/json"}
+    if json_size is not None:
+        headers["inference-header-content-length"] = str(json_size)
+    make = function_url_event if event_kind == "function_url" else api_gateway_v1_event
+    response = handler(make("POST", "/v2/models/add_sub/infer", body, headers), None)
+    assert response["statusCode"] == 200
+    raw, out_headers = _read(response)
+    assert response["isBase64Encoded"] is binary
+    length = out_headers.get("inference-header-content-length")
+    result = InferResult.from_response_body(raw, header_length=int(length) if length else None)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert result.get_response()["id"] == "req-7"
+
+
+def test_metadata_health_and_errors(handler):
+    ready = handler(function_url_event("GET", "/v2/health/ready"), None)
+    assert ready["statusCode"] == 200
+    meta = handler(function_url_event("GET", "/v2/models/add_sub"), None)
+    assert json.loads(meta["body"])["inputs"][0]["shape"] == [-1, -1]
+    config = json.loads(handler(function_url_event("GET", "/v2/models/add_sub/config"), None)["body"])
+    # KIND_GPU compiled for the CPU-only Lambda target
+    assert config["instance_group"][0]["kind"] == "KIND_CPU"
+    missing = handler(function_url_event("GET", "/v2/models/nope"), None)
+    assert missing["statusCode"] == 404
+    assert json.loads(missing["body"]) == {"error": "Request for unknown model: 'nope' is not found"}
+    bad = handler(function_url_event("POST", "/v2/models/add_sub/infer", b"{not json", {"content-type": "application/json"}), None)
+    assert bad["statusCode"] == 400 and "error" in json.loads(bad["body"])
+
+
+def test_oversize_response_is_a_clear_413(handler):
+    # 2 x 64 x 20,000 FP32 in binary = 10 MB of output, 13.6 MB in base64: over Lambda's 6 MB
+    a = np.ones((64, 20_000), np.float32)
+    body, json_size = _infer_body(a, a, True)
+    headers = {"content-type": "application/octet-stream", "inference-header-content-length": str(json_size)}
+    response = handler(function_url_event("POST", "/v2/models/add_sub/infer", body, headers), None)
+    assert response["statusCode"] == 413
+    error = json.loads(response["body"])["error"]
+    assert "6 MB" in error and "smaller batch" in error and "Cloud Run" in error
+
+
+def test_no_queue_delay_on_lambda(handler):
+    # max_queue_delay_microseconds is 100 ms in the config; on Lambda a lone request must not wait
+    import time
+
+    a = np.ones((1, 4), np.float32)
+    body, json_size = _infer_body(a, a, True)
+    headers = {"content-type": "application/octet-stream", "inference-header-content-length": str(json_size)}
+    handler(function_url_event("POST", "/v2/models/add_sub/infer", body, headers), None)
+    started = time.perf_counter()
+    for _ in range(5):
+        assert handler(function_url_event("POST", "/v2/models/add_sub/infer", body, headers), None)["statusCode"] == 200
+    assert (time.perf_counter() - started) / 5 < 0.1
+
+
+def test_module_loads_models_once_at_import(manifest_path):
+    """The module as Lambda's runtime imports it: models load in init, never per invocation."""
+    script = r"""
+import json, sys
+from handlers.entrypoints import aws_lambda as entry
+from handlers.model_repository import ModelRepository
+loads = []
+original = ModelRepository.load
+ModelRepository.load = lambda self, **kw: (loads.append(1), original(self, **kw))[1]
+event = json.loads(sys.argv[1])
+codes = [entry.handler(event, None)["statusCode"] for _ in range(25)]
+model = entry.handler.repository.get("add_sub")
+print(json.dumps({"codes": sorted(set(codes)), "loads_after_import": len(loads),
+                  "invocations": entry.handler.invocations, "instances": len(model.instances)}))
+"""
+    event = function_url_event("GET", "/v2/models/add_sub/ready")
+    env = {**os.environ, "TOOLKIT_MANIFEST": str(manifest_path), "TOOLKIT_LOG_LEVEL": "warning"}
+    out = subprocess.run([sys.executable, "-c", script, json.dumps(event)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    # loaded during import (before the patch could see it), never again over 25 invocations
+    assert result == {"codes": [200], "loads_after_import": 0, "invocations": 25, "instances": 1}
