@@ -1,0 +1,1 @@
+"""Model backends: onnxruntime (ONNX Runtime sessions), python (Triton python-backend model.py)."""
