@@ -146,3 +146,22 @@ def external_data_directory(directory: Path, size: int = 64) -> Path:
     model.ir_version = 8
     onnx.save(model, str(directory / "model.onnx"), save_as_external_data=True, location="weights.bin", size_threshold=0)
     return directory
+
+
+def text_recognition(path: Path, seed: int = 0) -> Path:
+    """The seeds' text_recognition signature: `input.1` FP32 [N,1,32,100] -> `308` FP32 [N,26,37]
+    (a single strided convolution standing in for the ResNet + CTC head; random weights)."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((37, 1, 32, 3)) * 0.05).astype(np.float32)
+    vin = [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, ["N", 1, 32, 100])]
+    vout = [helper.make_tensor_value_info("308", TensorProto.FLOAT, ["N", 26, 37])]
+    nodes = [
+        helper.make_node("Conv", ["input.1", "W"], ["c"], kernel_shape=[32, 3], strides=[1, 4], pads=[0, 2, 0, 2]),
+        helper.make_node("Squeeze", ["c", "axes"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["308"], perm=[0, 2, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "text_recognition", vin, vout,
+        initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array([2], np.int64), "axes")],
+    )
+    return _save(helper.make_model(graph, opset_imports=OPSET), path)
