@@ -60,8 +60,19 @@ class LoadedModel:
     warmup_seconds: float = 0.0  # model_warmup run on every instance
     statistics: ModelStatistics = field(init=False)
 
+    labels: dict[str, list[str]] = field(init=False)
+
     def __post_init__(self) -> None:
         self.statistics = ModelStatistics(self.spec.name, self.version, ModelMetrics(self.spec.name, self.version))
+        self.labels = {}
+
+    def load_labels(self) -> None:
+        """Label files of outputs (classification extension), one label per line."""
+        for output in self.spec.config.get("output", []):
+            filename = output.get("label_filename")
+            if filename:
+                text = (self.spec.directory / filename).read_text(encoding="utf-8")
+                self.labels[output["name"]] = text.splitlines()
 
     @property
     def name(self) -> str:
@@ -127,6 +138,7 @@ class ModelRepository:
             factory = self.backends.get(model.spec.backend)
             if factory is None:
                 raise RuntimeError(f"backend '{model.spec.backend}' is not available in this runtime")
+            model.load_labels()
             slots = instance_slots(model.spec.config)
             with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
                 model.instances = list(pool.map(lambda s: factory(model.spec, model.version, s), slots))

@@ -41,10 +41,19 @@ class WarmupSample:
     inputs: dict[str, np.ndarray]  # one request's tensors (batch dimension included when batching)
 
     def requests(self, spec: ModelSpec, version: int) -> list[InferRequest]:
-        return [
-            InferRequest(spec.name, version, dict(self.inputs), id=f"warmup:{self.name}", batch_size=1)
-            for _ in range(self.batch_size)
-        ]
+        """`batch_size` requests of batch 1, checked like client requests (this also applies
+        `reshape`, as Triton's PrepareForInference does for warmup requests)."""
+        from .protocol.validation import validate_request
+
+        requests = []
+        for _ in range(self.batch_size):
+            request = InferRequest(spec.name, version, dict(self.inputs), id=f"warmup:{self.name}", batch_size=1)
+            try:
+                validate_request(spec.config, request)
+            except InferenceError as exc:
+                raise WarmupError(f"warmup sample '{self.name}' of model '{spec.name}': {exc.message}") from None
+            requests.append(request)
+        return requests
 
 
 def _decode_bytes_elements(raw: bytes, count: int, source: str) -> np.ndarray:

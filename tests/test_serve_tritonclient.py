@@ -50,6 +50,15 @@ def repository(tmp_path_factory) -> Path:
         input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 2, 8 ] } ]
         output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 2, 8 ] } ]
     """)
+    # classification extension: top-N with labels
+    mb.identity(repo / "scores" / "1" / "model.onnx", {"LOGITS": ("FP32", ["N", 4])}, ["PROBS"])
+    (repo / "scores" / "labels.txt").write_text("cat\ndog\nbird\nfish\n")
+    write_config(repo, "scores", """
+        backend: "onnxruntime"
+        max_batch_size: 4
+        input [ { name: "LOGITS" data_type: TYPE_FP32 dims: [ 4 ] } ]
+        output [ { name: "PROBS" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" } ]
+    """)
     return repo
 
 
@@ -169,3 +178,28 @@ def test_errors_as_triton(client):
         client.infer("add_sub", inputs)
     assert not client.is_model_ready("nope")
     assert client.is_model_ready("add_sub")
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_classification_extension(client, binary):
+    logits = np.array([[0.1, 0.7, 0.05, 0.15], [0.9, 0.0, 0.3, 0.2]], np.float32)
+    inp = httpclient.InferInput("LOGITS", logits.shape, "FP32")
+    inp.set_data_from_numpy(logits)
+    out = httpclient.InferRequestedOutput("PROBS", binary_data=binary, class_count=2)
+    result = client.infer("scores", [inp], outputs=[out])
+    top = result.as_numpy("PROBS")
+    assert top.shape == (2, 2)
+    rows = [[x.decode() if isinstance(x, bytes) else x for x in row] for row in top]
+    assert rows == [["0.700000:1:dog", "0.150000:3:fish"], ["0.900000:0:cat", "0.300000:2:bird"]]
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_request_and_response_compression(client, algorithm):
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    inputs = [httpclient.InferInput("INPUT0", a.shape, "FP32"), httpclient.InferInput("INPUT1", a.shape, "FP32")]
+    for i in inputs:
+        i.set_data_from_numpy(a, binary_data=True)
+    result = client.infer(
+        "add_sub", inputs, request_compression_algorithm=algorithm, response_compression_algorithm=algorithm
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)

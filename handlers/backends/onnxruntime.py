@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..batching.merge import batch_sizes, merge_inputs, requested_output_names, split_outputs
 from ..errors import InferenceError, internal, invalid_argument
 from ..inference import InferOutcome, InferRequest, InferResponse
 from ..manifest import ModelSpec
@@ -189,8 +190,8 @@ class OnnxRuntimeInstance:
         self._outputs = {io["name"]: io for io in config.get("output", [])}
         self._output_names = [io["name"] for io in config.get("output", [])]
         self._string_outputs = {n for n, io in self._outputs.items() if io["data_type"] == "TYPE_STRING"}
-        self._input_reshape = {n: tuple(io["reshape"]["shape"]) for n, io in self._inputs.items() if "reshape" in io}
         self._output_reshape = {n: tuple(io["dims"]) for n, io in self._outputs.items() if "reshape" in io}
+        self._ragged = {n for n, io in self._inputs.items() if io.get("allow_ragged_batch")}
 
     # -- execution ------------------------------------------------------------------------------
 
@@ -207,20 +208,30 @@ class OnnxRuntimeInstance:
     def _run(self, requests: list[InferRequest]) -> list[InferOutcome]:
         start = time.monotonic_ns()
         try:
-            feeds = {
-                name: self._prepare(name, _concat([r.inputs[name] for r in requests]))
-                for name in requests[0].inputs
-            }
+            merged = merge_inputs(requests, batching=self.batching, ragged=self._ragged)
+            feeds = {name: self._prepare(name, array) for name, array in merged.items()}
         except InferenceError as exc:
             return [exc] * len(requests)
-        names = self._names_to_run(requests)
+        names = requested_output_names(requests, self._output_names)
         input_end = time.monotonic_ns()
         try:
             results = self.session.run(names, feeds)
         except Exception as exc:  # ORT raises its own exception types
             return [internal(f"onnx runtime error: {exc}")] * len(requests)
         infer_end = time.monotonic_ns()
-        outcomes = self._split(requests, dict(zip(names, results)))
+        try:
+            parts = split_outputs(dict(zip(names, results)), batch_sizes(requests, batching=self.batching))
+        except ValueError as exc:
+            return [internal(f"model '{self.spec.name}': {exc}")] * len(requests)
+        outcomes: list[InferOutcome] = []
+        for request, outputs in zip(requests, parts):
+            wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
+            result = {
+                name: self._finish(name, array, request.batch_size if self.batching else None)
+                for name, array in outputs.items()
+                if wanted is None or name in wanted
+            }
+            outcomes.append(InferResponse(request.model_name, request.model_version, result, id=request.id))
         end = time.monotonic_ns()
         for request in requests:
             request.compute_start_ns = start
@@ -228,14 +239,6 @@ class OnnxRuntimeInstance:
             request.compute_infer_end_ns = infer_end
             request.compute_end_ns = end
         return outcomes
-
-    def _names_to_run(self, requests: list[InferRequest]) -> list[str]:
-        wanted: set[str] = set()
-        for request in requests:
-            if request.requested_outputs is None:
-                return list(self._output_names)
-            wanted.update(o.name for o in request.requested_outputs)
-        return [n for n in self._output_names if n in wanted]
 
     def _prepare(self, name: str, array: np.ndarray) -> np.ndarray:
         if array.dtype == object:
@@ -246,11 +249,7 @@ class OnnxRuntimeInstance:
                     f"BYTES input '{name}' of model '{self.spec.name}' is not valid UTF-8; ONNX Runtime's Python "
                     "API passes string tensors as text"
                 ) from None
-        reshape = self._input_reshape.get(name)
-        if reshape is not None:
-            batch = (array.shape[0],) if self.batching else ()
-            array = array.reshape(batch + reshape)
-        return array
+        return array  # `reshape` was applied by request validation
 
     def _finish(self, name: str, array: np.ndarray, batch: int | None) -> np.ndarray:
         if name in self._string_outputs or array.dtype.kind in ("U", "O"):
@@ -261,25 +260,3 @@ class OnnxRuntimeInstance:
         if dims is not None:
             array = array.reshape(((batch,) if batch is not None else ()) + dims)
         return array
-
-    def _split(self, requests: list[InferRequest], outputs: dict[str, np.ndarray]) -> list[InferOutcome]:
-        responses: list[InferOutcome] = []
-        offset = 0
-        several = len(requests) > 1
-        for request in requests:
-            size = request.batch_size
-            wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
-            result: dict[str, np.ndarray] = {}
-            for name, array in outputs.items():
-                if wanted is not None and name not in wanted:
-                    continue
-                part = array[offset : offset + size] if several else array
-                result[name] = self._finish(name, part, size if self.batching else None)
-            offset += size
-            responses.append(InferResponse(request.model_name, request.model_version, result, id=request.id))
-        return responses
-
-
-def _concat(arrays: list[np.ndarray]) -> np.ndarray:
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=0)
-

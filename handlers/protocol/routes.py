@@ -19,6 +19,7 @@ from ..datatypes import from_config_type
 from ..errors import InferenceError
 from ..model_repository import LoadedModel, ModelRepository
 from .codec import decode_request, encode_error, encode_response
+from .compression import compress, decompress
 from .validation import validate_request
 
 SERVER_NAME = "toolkit"
@@ -131,13 +132,16 @@ async def infer(request: Request, model_name: str, model_version: int | None = N
         if not model.ready:
             raise model.not_ready_error()
         header_length = request.headers.get("inference-header-content-length")
-        body = await request.body()
+        body = decompress(await request.body(), request.headers.get("content-encoding"))
         infer_request = decode_request(body, header_length, model_name=model.name, model_version=model.version)
         validate_request(model.spec.config, infer_request)
         response = await model.infer(infer_request)
-        payload, headers = encode_response(response, infer_request, model.spec.config)
+        payload, headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
     except InferenceError as error:
         return error_response(error)
+    payload, encoding = compress(payload, request.headers.get("accept-encoding"))
+    if encoding:
+        headers["content-encoding"] = encoding
     return Response(payload, headers=headers, media_type=headers.pop("content-type", JSON))
 
 
