@@ -1,0 +1,82 @@
+"""Merge a batch's inputs along the batch dimension and split the outputs back per request.
+
+What a backend does with the requests the batcher hands it (Triton's BackendInputCollector and
+BackendOutputResponder): inputs of all requests are concatenated along dim 0 (ragged inputs are
+flattened and concatenated, as the ONNX Runtime backend does), and every output's dim 0 is cut
+back into each request's own batch size. A batch of one request is passed through untouched, and
+split outputs are views of the batched arrays, never copies.
+
+Requests of a non-batching model (max_batch_size 0) are never merged: the scheduler gives them a
+batch of their own, and `merge_inputs` refuses more than one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+import numpy as np
+
+from ..inference import InferRequest
+
+
+def merge_inputs(
+    requests: Sequence[InferRequest], *, batching: bool = True, ragged: Collection[str] = ()
+) -> dict[str, np.ndarray]:
+    """One array per input for the whole batch.
+
+    `ragged` names inputs with allow_ragged_batch: their requests' elements are concatenated into
+    one flat array instead of along the batch dimension.
+    """
+    if not requests:
+        raise ValueError("cannot merge an empty batch")
+    first = requests[0]
+    if len(requests) == 1:
+        if not ragged:
+            return dict(first.inputs)
+        return {name: (a.reshape(-1) if name in ragged else a) for name, a in first.inputs.items()}
+    if not batching:
+        raise ValueError(f"requests of non-batching model '{first.model_name}' are never merged")
+    merged: dict[str, np.ndarray] = {}
+    for name in first.inputs:
+        try:
+            arrays = [request.inputs[name] for request in requests]
+        except KeyError:
+            raise ValueError(f"input '{name}' is missing from a request of the batch") from None
+        if name in ragged:
+            merged[name] = np.concatenate([a.reshape(-1) for a in arrays])
+        else:
+            merged[name] = np.concatenate(arrays, axis=0)
+    return merged
+
+
+def batch_sizes(requests: Sequence[InferRequest], *, batching: bool = True) -> list[int]:
+    """Each request's share of the batch dimension."""
+    return [request.batch_size if batching else 1 for request in requests]
+
+
+def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> list[dict[str, np.ndarray]]:
+    """Cut every output's dim 0 back into the requests' batch sizes (views, in request order)."""
+    if len(sizes) == 1:
+        return [dict(outputs)]
+    total = sum(sizes)
+    bounds = np.cumsum([0, *sizes]).tolist()
+    for name, array in outputs.items():
+        if array.ndim == 0 or array.shape[0] != total:
+            shape = list(array.shape)
+            raise ValueError(
+                f"output '{name}' has shape {shape}: its first dimension must be the batch size {total}"
+            )
+    return [
+        {name: array[bounds[i] : bounds[i + 1]] for name, array in outputs.items()} for i in range(len(sizes))
+    ]
+
+
+def requested_output_names(requests: Sequence[InferRequest], model_outputs: Sequence[str]) -> list[str]:
+    """The outputs the batch needs: every output if any request asks for all of them (None),
+    else the union of what the requests ask for, in the model's order."""
+    wanted: set[str] = set()
+    for request in requests:
+        if request.requested_outputs is None:
+            return list(model_outputs)
+        wanted.update(output.name for output in request.requested_outputs)
+    return [name for name in model_outputs if name in wanted]
