@@ -165,3 +165,18 @@ def text_recognition(path: Path, seed: int = 0) -> Path:
         initializer=[numpy_helper.from_array(w, "W"), numpy_helper.from_array(np.array([2], np.int64), "axes")],
     )
     return _save(helper.make_model(graph, opset_imports=OPSET), path)
+
+
+def slow_chain(path: Path, size: int = 512, depth: int = 16, seed: int = 0, batch: Dim = "N") -> Path:
+    """OUTPUT0 = tanh applied after `depth` MatMuls with one shared [size, size] weight: a model
+    whose execution takes long enough to observe in-flight requests (INPUT0 FP32 [N, size])."""
+    w = (np.random.default_rng(seed).standard_normal((size, size)) / np.sqrt(size)).astype(np.float32)
+    vin = [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [batch, size])]
+    vout = [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [batch, size])]
+    nodes, previous = [], "INPUT0"
+    for i in range(depth):
+        nodes.append(helper.make_node("MatMul", [previous, "W"], [f"m{i}"]))
+        previous = f"m{i}"
+    nodes.append(helper.make_node("Tanh", [previous], ["OUTPUT0"]))
+    graph = helper.make_graph(nodes, "slow_chain", vin, vout, initializer=[numpy_helper.from_array(w, "W")])
+    return _save(helper.make_model(graph, opset_imports=OPSET), path)

@@ -66,8 +66,8 @@ def test_perf_analyzer_concurrency_range(server):
     before = _stats(server.http, "add_sub")
     out = _perf(
         server.url, "-m", "add_sub", "-b", "2", "--shape", "INPUT0:16", "--shape", "INPUT1:16",
-        "--concurrency-range", "2:8:2", "--measurement-interval", "500", "--stability-percentage", "500",
-        "--max-trials", "4",
+        "--concurrency-range", "2:8:2", "--measurement-interval", "500", "--stability-percentage", "999",
+        "--max-trials", "10",
     )
     after = _stats(server.http, "add_sub")
     measured = [int(n) for n in re.findall(r"Client: \n\s+Request count: (\d+)", out)]
@@ -101,7 +101,7 @@ def test_seeds_command_on_text_recognition(server):
     out = _perf(
         server.url, "-m", "text_recognition", "-b", "2", "--shape", "input.1:1,32,100",
         "--concurrency-range", "2:16:2", "--percentile=95",
-        "--measurement-interval", "800", "--stability-percentage", "500", "--max-trials", "8",
+        "--measurement-interval", "800", "--stability-percentage", "999", "--max-trials", "10",
     )
     summary = re.findall(r"Concurrency: (\d+), throughput: ([\d.]+) infer/sec, latency (\d+) usec", out)
     assert [int(c) for c, _, _ in summary] == [2, 4, 6, 8, 10, 12, 14, 16], out

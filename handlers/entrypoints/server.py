@@ -7,8 +7,11 @@ waits for in-flight requests (up to `graceful_seconds`); the batchers then drain
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import signal
 import threading
+from typing import Iterator
 
 import uvicorn
 
@@ -16,6 +19,23 @@ from ..app import create_app
 from ..model_repository import ModelRepository
 
 log = logging.getLogger("handlers.server")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, which kills the process before
+    the batchers drain and Python models' finalize() run. Handle the signals without re-raising."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 def _fastest(module: str, fallback: str) -> str:
@@ -49,7 +69,7 @@ def serve(
         timeout_graceful_shutdown=int(graceful_seconds),
         timeout_keep_alive=75,
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     failure: list[BaseException] = []
 
     def load() -> None:

@@ -163,6 +163,14 @@ async def model_statistics(request: Request, model_name: str, model_version: int
     return _json({"model_stats": [m.statistics.as_dict() for m in models]})
 
 
+@router.post("/v2/repository/index")
+async def repository_index(request: Request) -> Response:
+    """The read-only part of Triton's model repository extension: every model version with its
+    state (READY / UNAVAILABLE / LOADING) and, for a failed load, the reason. Loading and unloading
+    models at runtime is not offered (an image serves what it was built with)."""
+    return _json(_repository(request).index())
+
+
 @router.get("/metrics")
 async def prometheus_metrics() -> Response:
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
