@@ -2,8 +2,8 @@
 
 Environment:
   PORT                   port to listen on (Cloud Run sets it; default 8080)
-  TOOLKIT_MANIFEST       compiled manifest (default /opt/toolkit/models.json); model paths in it are
-                         relative to its folder
+  TOOLKIT_MANIFEST       compiled manifest (default /opt/toolkit/models.json)
+  TOOLKIT_MODEL_ROOT     folder the manifest's model paths are relative to (default: the manifest's)
   TOOLKIT_HOST           address (default 0.0.0.0)
   TOOLKIT_EXIT_ON_ERROR  "0" keeps serving when a model fails to load (it stays unready)
   TOOLKIT_GRACEFUL_SECONDS  drain budget on SIGTERM (default 9: Cloud Run gives 10 s)
@@ -27,7 +27,8 @@ DEFAULT_MANIFEST = "/opt/toolkit/models.json"
 def main() -> int:
     level = os.environ.get("TOOLKIT_LOG_LEVEL", "info")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    manifest = Manifest.load(Path(os.environ.get("TOOLKIT_MANIFEST", DEFAULT_MANIFEST)))
+    root = os.environ.get("TOOLKIT_MODEL_ROOT")
+    manifest = Manifest.load(Path(os.environ.get("TOOLKIT_MANIFEST", DEFAULT_MANIFEST)), Path(root) if root else None)
     repository = ModelRepository(manifest)
     return serve(
         repository,

@@ -1,0 +1,96 @@
+"""Cold start: process start -> first 200 on /v2/health/ready (load + warmup included).
+
+    .venv/bin/python bench/cold_start.py [REPO ...] [--runs 5]
+
+Two ways to start, both measured from the moment the process is spawned:
+- `image`: what a container runs, `python -m handlers.entrypoints.container`, with a manifest
+  compiled beforehand (as `toolkit build` does);
+- `serve`: `toolkit serve REPO`, which compiles the repository first.
+Prints the median and every run; the numbers go in docs/cold-start.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def measure(command: list[str], port: int, env: dict[str, str], timeout: float = 120) -> float:
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        while not _ready(port):
+            if process.poll() is not None:
+                raise RuntimeError(f"{' '.join(command)} exited with {process.returncode}")
+            if time.perf_counter() - started > timeout:
+                raise TimeoutError(" ".join(command))
+            time.sleep(0.005)
+        return time.perf_counter() - started
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repos", nargs="*", default=[str(ROOT / "samples" / "quickstart")])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+
+    from toolkit.repository.compile import compile_repository
+
+    for repo in args.repos:
+        work = Path(tempfile.mkdtemp(prefix="cold-start-"))
+        try:
+            result = compile_repository(repo, device="cpu")
+            if not result.ok:
+                raise SystemExit(f"{repo}: {result.failures}")
+            manifest = result.write_manifest(work / "models.json")
+            for mode in ("image", "serve"):
+                times = []
+                for _ in range(args.runs):
+                    port = _free_port()
+                    env = {**os.environ, "PORT": str(port), "TOOLKIT_MANIFEST": str(manifest), "TOOLKIT_HOST": "127.0.0.1",
+                           "TOOLKIT_MODEL_ROOT": str(Path(repo).resolve()),
+                           "TOOLKIT_LOG_LEVEL": "warning"}
+                    if mode == "image":
+                        command = [sys.executable, "-m", "handlers.entrypoints.container"]
+                    else:
+                        command = [sys.executable, "-m", "toolkit.cli", "serve", repo, "--port", str(port), "--device", "cpu",
+                                   "--log-level", "warning"]
+                    times.append(measure(command, port, env))
+                runs = ", ".join(f"{t:.3f}" for t in times)
+                print(f"{repo} [{mode}] median {statistics.median(times):.3f} s over {len(times)} runs ({runs})")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
