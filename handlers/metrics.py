@@ -145,6 +145,8 @@ class ModelMetrics:
         self.compute_output_duration_us = COMPUTE_OUTPUT.labels(*labels)
         self.load_seconds = LOAD_SECONDS.labels(*labels)
         self.warmup_seconds = WARMUP_SECONDS.labels(*labels)
+        for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
+            self.failure(reason)  # Triton exports every reason from the start, at 0
 
     def failure(self, reason: str):
         return FAILURE.labels(*self._labels, reason)

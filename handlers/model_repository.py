@@ -26,6 +26,8 @@ from .warmup import warm_up, warmup_samples
 
 log = logging.getLogger("handlers.models")
 
+ENSEMBLE = "ensemble"
+
 
 class ModelState(enum.Enum):
     LOADING = "LOADING"
@@ -55,7 +57,7 @@ class LoadedModel:
     state: ModelState = ModelState.LOADING
     reason: str = ""
     instances: list[Any] = field(default_factory=list)
-    batcher: DynamicBatcher | None = None
+    scheduler: Any = None  # DynamicBatcher, or EnsembleScheduler for ensembles
     load_seconds: float = 0.0  # instances created (sessions loaded)
     warmup_seconds: float = 0.0  # model_warmup run on every instance
     statistics: ModelStatistics = field(init=False)
@@ -86,14 +88,14 @@ class LoadedModel:
         return unavailable(f"Request for unknown model: '{self.name}' version {self.version} is not at ready state")
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        if self.batcher is None or not self.ready:
+        if self.scheduler is None or not self.ready:
             raise self.not_ready_error()
-        return await self.batcher.infer(request)
+        return await self.scheduler.infer(request)
 
     def infer_sync(self, request: InferRequest, timeout: float | None = None) -> InferResponse:
-        if self.batcher is None or not self.ready:
+        if self.scheduler is None or not self.ready:
             raise self.not_ready_error()
-        return self.batcher.infer_sync(request, timeout)
+        return self.scheduler.infer_sync(request, timeout)
 
 
 class ModelRepository:
@@ -122,8 +124,12 @@ class ModelRepository:
         """
         started = time.perf_counter()
         versions = [m for by_version in self.models.values() for m in by_version.values()]
+        ensembles = [m for m in versions if m.spec.backend == ENSEMBLE]
         with ThreadPoolExecutor(max_workers=max_workers or max(4, len(versions))) as pool:
-            list(pool.map(self._load_version, versions))
+            list(pool.map(self._load_version, [m for m in versions if m.spec.backend != ENSEMBLE]))
+        # ensembles last: they are ready when their composing models are (nested ones in order)
+        for model in sorted(ensembles, key=lambda m: self._ensemble_depth(m.spec)):
+            self._load_ensemble(model)
         failed = [m for m in versions if m.state is ModelState.UNAVAILABLE]
         log.info("loaded %d model version(s) in %.3f s", len(versions) - len(failed), time.perf_counter() - started)
         self._loaded.set()
@@ -152,14 +158,14 @@ class ModelRepository:
             if metrics is not None:
                 metrics.load_seconds.set(model.load_seconds)
                 metrics.warmup_seconds.set(model.warmup_seconds)
-            model.batcher = DynamicBatcher(
+            model.scheduler = DynamicBatcher(
                 model.name,
                 model.spec.config,
                 model.instances,
                 observer=model.statistics,
                 no_queue_delay=self.no_queue_delay,
             )
-            model.batcher.start()
+            model.scheduler.start()
             model.state = ModelState.READY
             log.info(
                 "model '%s' version %d ready: %d instance(s), load %.3f s, warmup %.3f s",
@@ -170,11 +176,44 @@ class ModelRepository:
             model.reason = str(exc)
             log.error("failed to load '%s' version %d: %s", model.name, model.version, exc)
 
+    def _ensemble_depth(self, spec: ModelSpec, seen: frozenset[str] = frozenset()) -> int:
+        depth = 0
+        for step in spec.config["ensemble_scheduling"]["step"]:
+            composing = self.manifest.models.get(step["model_name"])
+            if composing is not None and composing.backend == ENSEMBLE and composing.name not in seen:
+                depth = max(depth, 1 + self._ensemble_depth(composing, seen | {spec.name}))
+        return depth
+
+    def _load_ensemble(self, model: LoadedModel) -> None:
+        from .backends.ensemble import EnsembleScheduler
+
+        scheduler = EnsembleScheduler(model.spec, model.version, self, model.statistics)
+        for name, version in scheduler.composing_models():
+            by_version = self.models.get(name, {})
+            ready = self.ready_versions(name)
+            if not by_version:
+                problem = f"ensemble '{model.name}' depends on '{name}' which is not found"
+            elif not ready:
+                reasons = "; ".join(m.reason for m in by_version.values() if m.reason)
+                problem = f"ensemble '{model.name}' depends on '{name}' which has no loaded version" + (
+                    f". Model '{name}' loading failed with error: {reasons}" if reasons else ""
+                )
+            elif version != -1 and version not in ready:
+                problem = f"ensemble '{model.name}' depends on '{name}' whose required version {version} is not loaded"
+            else:
+                continue
+            model.state = ModelState.UNAVAILABLE
+            model.reason = problem
+            log.error("failed to load '%s' version %d: %s", model.name, model.version, problem)
+            return
+        model.scheduler = scheduler
+        model.state = ModelState.READY
+
     def stop(self, *, drain: bool = True, timeout: float = 30.0) -> None:
-        for by_version in self.models.values():
-            for model in by_version.values():
-                if model.batcher is not None:
-                    model.batcher.stop(drain=drain, timeout=timeout)
+        # ensembles first, so no new composing requests arrive while the batchers drain
+        models = [m for by_version in self.models.values() for m in by_version.values() if m.scheduler is not None]
+        for model in sorted(models, key=lambda m: m.spec.backend != ENSEMBLE):
+            model.scheduler.stop(drain=drain, timeout=timeout)
 
     # -- queries ------------------------------------------------------------------------------------
 

@@ -90,12 +90,13 @@ class ModelStatistics:
             self.metrics.inference_count.inc(execution.batch_size)
             self.metrics.execution_count.inc()
 
-    def request_succeeded(self, instance: str, request: InferRequest) -> None:
+    def request_succeeded(self, instance: str, request: InferRequest, end_ns: int | None = None) -> None:
+        """`end_ns` (default: the end of the request's computation) closes its request duration."""
         queue_ns = request.compute_start_ns - request.queue_start_ns
         input_ns = request.compute_input_end_ns - request.compute_start_ns
         infer_ns = request.compute_infer_end_ns - request.compute_input_end_ns
         output_ns = request.compute_end_ns - request.compute_infer_end_ns
-        total_ns = request.compute_end_ns - request.received_ns
+        total_ns = (end_ns or request.compute_end_ns) - request.received_ns
         with self._lock:
             self.success.add(total_ns)
             self.queue.add(queue_ns)

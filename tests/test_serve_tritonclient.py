@@ -59,6 +59,22 @@ def repository(tmp_path_factory) -> Path:
         input [ { name: "LOGITS" data_type: TYPE_FP32 dims: [ 4 ] } ]
         output [ { name: "PROBS" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "labels.txt" } ]
     """)
+    # ensemble: two add_sub steps, the second fed by both outputs of the first
+    write_config(repo, "pipe", """
+        platform: "ensemble"
+        max_batch_size: 8
+        input [ { name: "A" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "B" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "SUM2" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "DIFF" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        ensemble_scheduling { step [
+          { model_name: "add_sub" model_version: -1
+            input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+            output_map { key: "OUTPUT0" value: "S" } output_map { key: "OUTPUT1" value: "DIFF" } },
+          { model_name: "add_sub" model_version: 1
+            input_map { key: "INPUT0" value: "S" } input_map { key: "INPUT1" value: "DIFF" }
+            output_map { key: "OUTPUT0" value: "SUM2" } }
+        ] }
+    """)
+    (repo / "pipe" / "1").mkdir()
     return repo
 
 
@@ -203,3 +219,31 @@ def test_request_and_response_compression(client, algorithm):
         "add_sub", inputs, request_compression_algorithm=algorithm, response_compression_algorithm=algorithm
     )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
+
+
+def test_ensemble_pipeline(client):
+    a = np.arange(32, dtype=np.float32).reshape(2, 16)
+    b = np.full((2, 16), 3, np.float32)
+    inputs = [httpclient.InferInput("A", a.shape, "FP32"), httpclient.InferInput("B", b.shape, "FP32")]
+    inputs[0].set_data_from_numpy(a, binary_data=True)
+    inputs[1].set_data_from_numpy(b)
+    before = client.get_inference_statistics("pipe")["model_stats"][0]
+    result = client.infer("pipe", inputs, request_id="e1")
+    # step 2 computes (a + b) + (a - b)
+    np.testing.assert_array_equal(result.as_numpy("SUM2"), 2 * a)
+    np.testing.assert_array_equal(result.as_numpy("DIFF"), a - b)
+    assert client.get_model_metadata("pipe")["platform"] == "ensemble"
+    after = client.get_inference_statistics("pipe")["model_stats"][0]
+    # tritonserver 2.51's ensemble statistics: one execution per request, batch size as inference count
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == 1
+    assert after["execution_count"] - before["execution_count"] == 1
+    assert after["inference_count"] - before["inference_count"] == 2
+
+
+def test_ensemble_step_error_fails_the_request(client):
+    a = np.ones((9, 16), np.float32)  # over the ensemble's max_batch_size
+    inputs = [httpclient.InferInput("A", a.shape, "FP32"), httpclient.InferInput("B", a.shape, "FP32")]
+    for i in inputs:
+        i.set_data_from_numpy(a)
+    with pytest.raises(InferenceServerException, match="batch-size must be <= 8 for 'pipe'"):
+        client.infer("pipe", inputs)
