@@ -17,14 +17,15 @@ def instance_slots(config: dict[str, Any]) -> list[InstanceSlot]:
     """One slot per instance to create, the same for every version of the model.
 
     TritonModelInstance::CreateInstances: `count` instances per group, and for KIND_GPU `count`
-    on each listed GPU; an instance is named "<group>_<i>" when count > 1, else the group name.
+    on each listed GPU; instances are named "<group>_<i>" (tritonserver 2.51 does so for count 1
+    too: observed `add_sub_0_0`, `probe_0`).
     """
     slots: list[InstanceSlot] = []
     for group in config.get("instance_group", []):
         kind = group.get("kind", "KIND_CPU")
         count = int(group.get("count", 1))
         for index in range(count):
-            name = f"{group['name']}_{index}" if count > 1 else group["name"]
+            name = f"{group['name']}_{index}"
             for gpu in group.get("gpus", []) if kind == "KIND_GPU" else [0]:
                 slots.append(InstanceSlot(name, kind, int(gpu)))
     return slots

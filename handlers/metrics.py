@@ -9,8 +9,8 @@ nv_cpu_utilization, nv_cpu_memory_total_bytes, nv_cpu_memory_used_bytes, and wit
 (label `gpu_uuid`). Cold start, our own: toolkit_model_load_duration_seconds and
 toolkit_model_warmup_duration_seconds.
 
-Triton's counters carry no `_total` suffix, so the families are exposed by a prometheus-client
-collector of our own (prometheus-client's Counter would append `_total`). Everything is registered
+Triton's counters carry no `_total` suffix; prometheus-client appends one to every counter, so
+they are exposed by a collector of our own with type `untyped` (docs/runtime.md). Everything is registered
 in `REGISTRY`, which Python models' `pb_utils.MetricFamily` also use. Deviation: Triton serves
 metrics on a separate port (8002); serverless platforms expose one port, so `/metrics` shares it.
 """
@@ -91,7 +91,9 @@ _MODEL = ("model", "version")
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...] = _MODEL) -> Family:
-    return Family(name, doc, "counter", labels)
+    # Exposed as `untyped`: prometheus-client's text format appends `_total` to counter names,
+    # and Triton's counters have none. Names (what dashboards query) are Triton's exactly.
+    return Family(name, doc, "unknown", labels)
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = _MODEL) -> Family:

@@ -45,7 +45,13 @@ def _onnxruntime_factory(spec: ModelSpec, version: int, slot: InstanceSlot) -> A
     return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id)
 
 
-DEFAULT_BACKENDS: dict[str, InstanceFactory] = {"onnxruntime": _onnxruntime_factory}
+def _python_factory(spec: ModelSpec, version: int, slot: InstanceSlot) -> Any:
+    from .backends.python import create_instance
+
+    return create_instance(spec, version, slot.name, slot.kind, slot.device_id)
+
+
+DEFAULT_BACKENDS: dict[str, InstanceFactory] = {"onnxruntime": _onnxruntime_factory, "python": _python_factory}
 
 
 @dataclass
@@ -113,6 +119,10 @@ class ModelRepository:
             name: {v: LoadedModel(spec, v) for v in spec.versions} for name, spec in manifest.models.items()
         }
         self._loaded = threading.Event()
+        if any(spec.backend == "python" for spec in manifest.models.values()):
+            from .backends.python import attach_repository
+
+            attach_repository(self)  # BLS: Python models call other models of this repository
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -214,6 +224,15 @@ class ModelRepository:
         models = [m for by_version in self.models.values() for m in by_version.values() if m.scheduler is not None]
         for model in sorted(models, key=lambda m: m.spec.backend != ENSEMBLE):
             model.scheduler.stop(drain=drain, timeout=timeout)
+        for by_version in self.models.values():
+            for model in by_version.values():
+                for instance in model.instances:
+                    close = getattr(instance, "close", None)  # Python models: finalize()
+                    if close is not None:
+                        try:
+                            close()
+                        except Exception:  # one model's finalize must not stop the others
+                            log.exception("closing instance %s of '%s' failed", getattr(instance, "name", "?"), model.name)
 
     # -- queries ------------------------------------------------------------------------------------
 
