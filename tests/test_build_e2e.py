@@ -1,0 +1,269 @@
+"""End to end with a real container engine: `toolkit build` images, run and driven by tritonclient.
+
+Needs the engine and the Python base image that scripts/ci-docker.sh sets up (a private dockerd
+on /tmp/toolkit-docker/docker.sock, or DOCKER_HOST; the base image $TOOLKIT_BASE_IMAGE, default
+toolkit-ci/python:3.11-bookworm, made with debootstrap because no registry is reachable). Where
+they are missing the tests skip, unless TOOLKIT_REQUIRE_DOCKER=1 (CI sets it): then they fail.
+
+- cloudrun: the image runs with a read-only root as its non-root user; tritonclient.http
+  checks health, metadata, config and outputs; SIGTERM drains and exits 0.
+- lambda: the image runs as Lambda runs it (read-only root, /tmp tmpfs, an arbitrary non-root
+  uid); the real awslambdaric inside it polls toolkit.build.lambda_emulator's Runtime API, and
+  tritonclient talks to it through the emulated Function URL.
+- push: to a local registry (docker-registry from apt) and pulled back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from serving import free_port
+
+from toolkit.build.lambda_emulator import FunctionURL, RuntimeAPI, function_url_event
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "samples" / "quickstart"
+ENGINE_DIR = Path(os.environ.get("TOOLKIT_DOCKER_DIR", "/tmp/toolkit-docker"))
+BASE_IMAGE = os.environ.get("TOOLKIT_BASE_IMAGE", "toolkit-ci/python:3.11-bookworm")
+DOCKER = "/usr/bin/docker" if Path("/usr/bin/docker").exists() else (shutil.which("docker") or "docker")
+CLOUDRUN_SIZE_GOAL = 500 * 1000**2
+LAMBDA_SIZE_GOAL = 600 * 1000**2
+
+
+def _engine_env() -> dict[str, str]:
+    env = dict(os.environ)
+    if "DOCKER_HOST" not in env and (ENGINE_DIR / "docker.sock").exists():
+        env["DOCKER_HOST"] = f"unix://{ENGINE_DIR / 'docker.sock'}"
+    env["TOOLKIT_DOCKER"] = DOCKER
+    return env
+
+
+@pytest.fixture(scope="module")
+def engine() -> dict[str, str]:
+    env = _engine_env()
+    problem = None
+    try:
+        info = subprocess.run([DOCKER, "info"], check=False, capture_output=True, text=True, env=env, timeout=60)
+        if info.returncode != 0:
+            problem = f"no docker engine answers ({env.get('DOCKER_HOST', 'default socket')}): {info.stderr.strip()[-300:]}"
+        elif subprocess.run([DOCKER, "image", "inspect", BASE_IMAGE], check=False, capture_output=True, env=env).returncode != 0:
+            problem = f"base image {BASE_IMAGE} is missing (scripts/ci-docker.sh base)"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        problem = f"docker client not usable: {exc}"
+    if problem:
+        if os.environ.get("TOOLKIT_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"TOOLKIT_REQUIRE_DOCKER=1 but {problem}")
+        pytest.skip(f"{problem}; run scripts/ci-docker.sh to set up the engine")
+    return env
+
+
+def docker(env: dict[str, str], *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run([DOCKER, *args], check=False, capture_output=True, text=True, env=env, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"docker {' '.join(args)} failed: {result.stdout}{result.stderr}")
+    return result
+
+
+def toolkit_build(env: dict[str, str], output: Path, *args: str) -> dict:
+    command = [sys.executable, "-m", "toolkit.cli", "build", str(QUICKSTART), "--base-image", BASE_IMAGE,
+               "--builder", "docker", "--output", str(output), "-q", *args]
+    result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=1200)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads((output / "build-report.json").read_text())
+
+
+def wait_ready(url: str, container: str, env: dict[str, str], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        state = docker(env, "inspect", "--format", "{{.State.Running}}", container, check=False).stdout.strip()
+        if state != "true":
+            break
+        time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
+    logs = docker(env, "logs", container, check=False)
+    raise AssertionError(f"{container} not ready: {logs.stdout}{logs.stderr}")
+
+
+def infer_add_sub(client: httpclient.InferenceServerClient) -> None:
+    a = np.random.default_rng(0).random((3, 16), dtype=np.float32)
+    b = np.random.default_rng(1).random((3, 16), dtype=np.float32)
+    inputs = [httpclient.InferInput("INPUT0", [3, 16], "FP32"), httpclient.InferInput("INPUT1", [3, 16], "FP32")]
+    inputs[0].set_data_from_numpy(a, binary_data=True)
+    inputs[1].set_data_from_numpy(b, binary_data=False)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True), httpclient.InferRequestedOutput("OUTPUT1", binary_data=False)]
+    result = client.infer("add_sub", inputs, outputs=outputs)
+    np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + b, rtol=1e-6)
+    np.testing.assert_allclose(result.as_numpy("OUTPUT1"), a - b, rtol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def cloudrun_image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    output = tmp_path_factory.mktemp("cloudrun") / "ctx"
+    report = toolkit_build(engine, output, "--target", "cloudrun")
+    report["context_dir"] = output
+    return report
+
+
+def test_cloudrun_image_is_small_labelled_and_carries_only_the_runtime(engine: dict[str, str], cloudrun_image: dict) -> None:
+    image = cloudrun_image["image"]
+    assert cloudrun_image["image_size"] < CLOUDRUN_SIZE_GOAL, cloudrun_image["image_size"]
+    assert cloudrun_image["layers"] and cloudrun_image["cold_start"]["seconds"] > 0
+    config = json.loads(docker(engine, "image", "inspect", "--format", "{{json .Config}}", image).stdout)
+    assert config["User"] == "65532:65532"
+    labels = config["Labels"]
+    assert labels["io.triton-serverless-toolkit.target"] == "cloudrun"
+    assert labels["io.triton-serverless-toolkit.models"] == "add_sub"
+    assert labels["io.triton-serverless-toolkit.versions"] == "add_sub:1"
+    assert labels["io.triton-serverless-toolkit.repository.digest"] == cloudrun_image["repository_digest"]
+    assert labels["io.triton-serverless-toolkit.version"] == "0.1.0"
+    check = (
+        "import importlib.util as u; "
+        "print(sorted(m for m in ('toolkit', 'google', 'onnx', 'jinja2', 'boto3', 'tritonclient', 'mangum') if u.find_spec(m)))"
+    )
+    found = docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", check).stdout
+    assert found.strip() == "[]"
+
+
+def test_cloudrun_image_serves_tritonclient_read_only_and_drains_on_sigterm(engine: dict[str, str], cloudrun_image: dict) -> None:
+    port = free_port()
+    container = docker(
+        engine, "run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp", "-e", f"PORT={port}",
+        "-e", "TOOLKIT_HOST=127.0.0.1", cloudrun_image["image"],
+    ).stdout.strip()
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", container, engine)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_live() and client.is_model_ready("add_sub")
+        metadata = client.get_model_metadata("add_sub")
+        assert metadata["platform"] == "onnxruntime_onnx" and metadata["versions"] == ["1"]
+        manifest = json.loads((cloudrun_image["context_dir"] / "repository" / "models.json").read_text())
+        assert client.get_model_config("add_sub") == manifest["models"][0]["config"]
+        infer_add_sub(client)
+
+        docker(engine, "stop", "--time", "30", container)
+        state = json.loads(docker(engine, "inspect", "--format", "{{json .State}}", container).stdout)
+        assert state["ExitCode"] == 0, docker(engine, "logs", container).stderr
+    finally:
+        docker(engine, "rm", "-f", container, check=False)
+
+
+def test_lambda_image_runs_as_lambda_runs_it(engine: dict[str, str], tmp_path: Path) -> None:
+    report = toolkit_build(engine, tmp_path / "ctx", "--target", "lambda")
+    assert report["image_size"] < LAMBDA_SIZE_GOAL, report["image_size"]
+    assert {"mangum", "awslambdaric"} <= set(report["python_deps"]) and "uvicorn" not in report["python_deps"]
+    assert any("6 MB" in w for w in report["warnings"])
+    with RuntimeAPI(function_name="quickstart") as api, FunctionURL(api, timeout=120) as url:
+        args = ["run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--user", "4242:4242"]
+        for key, value in api.environment().items():
+            args += ["-e", f"{key}={value}"]
+        container = docker(engine, *args, report["image"]).stdout.strip()
+        try:
+            ready = api.invoke(function_url_event("GET", "/v2/health/ready", {}, b"", "localhost"), 120)
+            assert ready.outcome == "response" and ready.payload["statusCode"] == 200, docker(engine, "logs", container).stderr
+
+            client = httpclient.InferenceServerClient(url.address, network_timeout=120)
+            assert client.is_server_ready() and client.is_model_ready("add_sub")
+            infer_add_sub(client)
+
+            bad = api.invoke(
+                function_url_event("POST", "/v2/models/add_sub/infer", {"content-type": "application/json"}, b"{not json", "localhost"), 60
+            )
+            assert bad.payload["statusCode"] == 400 and "error" in json.loads(bad.payload["body"])
+        finally:
+            docker(engine, "rm", "-f", container, check=False)
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    """docker-registry (the reference OCI registry, from apt) on a free loopback port."""
+    executable = shutil.which("docker-registry")
+    if executable is None:
+        if os.environ.get("TOOLKIT_REQUIRE_DOCKER") == "1":
+            pytest.fail("docker-registry is not installed (scripts/ci-docker.sh install)")
+        pytest.skip("docker-registry is not installed (scripts/ci-docker.sh install)")
+    port = free_port()
+    config = tmp_path / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'data'}\n"
+        f"http:\n  addr: 127.0.0.1:{port}\nlog:\n  level: warn\n"
+    )
+    process = subprocess.Popen([executable, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{address}/v2/", timeout=2):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise AssertionError("docker-registry did not start") from None
+                time.sleep(0.1)  # polling an HTTP endpoint: there is no event to wait on
+        yield address
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_push_to_a_registry_and_pull_back(engine: dict[str, str], cloudrun_image: dict, registry: str, tmp_path: Path) -> None:
+    report = toolkit_build(engine, tmp_path / "ctx", "--target", "cloudrun", "--name", "team/quickstart", "--push", registry)
+    pushed = f"{registry}/team/quickstart:{report['tag']}"
+    assert report["pushed"] == pushed
+    assert report["tag"] == cloudrun_image["tag"]  # same inputs, same digest (the name is not in the context)
+    with urllib.request.urlopen(f"http://{registry}/v2/team/quickstart/tags/list", timeout=10) as response:
+        assert json.loads(response.read())["tags"] == [report["tag"]]
+
+    image_id = docker(engine, "image", "inspect", "--format", "{{.Id}}", pushed).stdout.strip()
+    docker(engine, "rmi", pushed)
+    docker(engine, "pull", pushed)
+    assert docker(engine, "image", "inspect", "--format", "{{.Id}}", pushed).stdout.strip() == image_id
+
+
+def test_buildah_builds_the_same_context(engine: dict[str, str], tmp_path: Path) -> None:
+    """buildah (daemonless) builds the image from the same context; its content imports and runs."""
+    buildah = shutil.which("buildah")
+    if buildah is None:
+        if os.environ.get("TOOLKIT_REQUIRE_DOCKER") == "1":
+            pytest.fail("buildah is not installed (scripts/ci-docker.sh install)")
+        pytest.skip("buildah is not installed (scripts/ci-docker.sh install)")
+    env = dict(engine)
+    env.setdefault("STORAGE_DRIVER", "vfs")
+    env.setdefault("BUILDAH_ISOLATION", "chroot")
+
+    def run(*args: str) -> str:
+        result = subprocess.run([buildah, *args], check=False, capture_output=True, text=True, env=env, timeout=600)
+        assert result.returncode == 0, f"buildah {' '.join(args)}: {result.stdout}{result.stderr}"
+        return result.stdout
+
+    if subprocess.run([buildah, "inspect", "--type", "image", BASE_IMAGE], check=False, capture_output=True, env=env).returncode != 0:
+        archive = tmp_path / "base.tar"
+        docker(engine, "save", "-o", str(archive), BASE_IMAGE)
+        run("pull", "-q", f"docker-archive:{archive}")
+    report = toolkit_build(env, tmp_path / "ctx", "--target", "cloudrun", "--builder", "buildah")
+    assert report["builder"] == "buildah" and 0 < report["image_size"] < CLOUDRUN_SIZE_GOAL
+    labels = json.loads(run("inspect", "--type", "image", report["image"]))["OCIv1"]["config"]["Labels"]
+    assert labels["io.triton-serverless-toolkit.repository.digest"] == report["repository_digest"]
+    container = run("from", "--pull-never", report["image"]).strip().splitlines()[-1]
+    try:
+        out = run("run", container, "--", "python3", "-c", "import handlers.app, onnxruntime, uvloop; print('runtime ok')")
+        assert "runtime ok" in out
+    finally:
+        run("rm", container)

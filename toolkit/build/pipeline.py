@@ -1,0 +1,359 @@
+"""`toolkit build`: repository -> compiled manifest -> wheelhouse -> context -> image -> report.
+
+1. compile the selected models for the target's device (Lambda: CPU; Cloud Run / Knative: GPU
+   when a model asks for KIND_GPU, or --device)
+2. describe the base image (Python, glibc, architecture): known tag, probe, or --python-version
+3. download the wheelhouse for that Python and platform (cached by its inputs)
+4. write the context (Dockerfile, .dockerignore, wheelhouse, handlers, repository) and its digest
+5. build with the container engine (or print the command), inspect, check the target's limits
+6. optionally measure the cold start, push, and write the build report
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .. import __version__
+from ..repository.compile import CompiledRepository, compile_repository
+from ..repository.discover import ensure_repository
+from ..repository.errors import RepositoryError
+from ..repository.model_config import ModelInstanceGroup, read_config_file
+from .base_image import (
+    PLATFORM_ARCH,
+    PROBE_SCRIPT,
+    BaseImage,
+    from_python_version,
+    known_base_image,
+    parse_probe,
+)
+from .builders import Builder, check_platform_buildable, detect_builder, printable_command, wait_ready
+from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
+from .errors import BuildError, BuildOptionError
+from .hooks import python_models
+from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
+from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_requirements
+from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
+from .wheelhouse import ModelRequirements, build_wheelhouse
+
+# docker reference grammar (distribution/reference): lower-case path components, tag.
+_NAME = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_REGISTRY = re.compile(r"^[A-Za-z0-9.-]+(?::\d+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+READY_TIMEOUT_S = 300.0
+
+
+class BuildUI(Protocol):
+    def step(self, message: str) -> None: ...
+    def line(self, message: str) -> None: ...
+    def warn(self, message: str) -> None: ...
+
+
+class SilentUI:
+    def step(self, message: str) -> None:
+        pass
+
+    def line(self, message: str) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        pass
+
+
+@dataclass
+class BuildOptions:
+    repository: str
+    target: str
+    models: list[str] | None = None
+    name: str | None = None
+    tag: str | None = None
+    output: Path | None = None
+    builder: str = "auto"
+    base_image: str | None = None
+    platform: str = "linux/amd64"
+    push: str | None = None
+    device: str = "auto"  # cloudrun / knative: auto, cpu or gpu
+    cuda: int = DEFAULT_CUDA_MAJOR
+    python_version: str | None = None
+    measure_cold_start: bool = False
+    refresh_wheels: bool = False
+    auto_complete: bool = True
+    wheel_cache: Path | None = None
+
+
+@dataclass
+class BuildResult:
+    report: BuildReport
+    report_path: Path
+    context_dir: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def _check_options(options: BuildOptions) -> Target:
+    if options.target not in TARGETS:
+        raise BuildOptionError(f"unknown target '{options.target}': choose one of {', '.join(TARGETS)}")
+    target = TARGETS[options.target]
+    if options.platform not in PLATFORM_ARCH:
+        raise BuildOptionError(f"unknown platform '{options.platform}': choose one of {', '.join(PLATFORM_ARCH)}")
+    if options.platform not in target.platforms:
+        raise BuildOptionError(f"{target.name} runs {', '.join(target.platforms)} images only, not {options.platform}")
+    if options.device not in ("auto", "cpu", "gpu"):
+        raise BuildOptionError(f"unknown device '{options.device}': choose auto, cpu or gpu")
+    if options.device == "gpu" and not target.gpu:
+        raise BuildOptionError(f"{target.name} has no GPU: build with --device cpu (KIND_GPU models are mapped to CPU)")
+    if options.cuda not in CUDA_LINES:
+        raise BuildOptionError(f"unsupported CUDA major {options.cuda}: choose {' or '.join(map(str, CUDA_LINES))}")
+    if options.name is not None and not _NAME.match(options.name):
+        raise BuildOptionError(f"invalid image name '{options.name}': lower-case letters, digits, '.', '_', '-' and '/'")
+    if options.tag is not None and not _TAG.match(options.tag):
+        raise BuildOptionError(f"invalid image tag '{options.tag}': up to 128 of letters, digits, '_', '.', '-'")
+    if options.push is not None and not _REGISTRY.match(options.push.rstrip("/")):
+        raise BuildOptionError(f"invalid registry '{options.push}': expected HOST[:PORT][/NAMESPACE], e.g. 127.0.0.1:5000")
+    return target
+
+
+def _gpu_requested(compiled: CompiledRepository) -> list[str]:
+    """Models whose config.pbtxt asks for a GPU (a KIND_GPU instance group or a GPU accelerator)."""
+    wanted = []
+    for name, model in sorted(compiled.models.items()):
+        path = model.path / "config.pbtxt"
+        if not path.is_file():
+            continue
+        config = read_config_file(path)
+        gpu_groups = any(g.kind == ModelInstanceGroup.KIND_GPU for g in config.instance_group)
+        accelerators = len(config.optimization.execution_accelerators.gpu_execution_accelerator) > 0
+        if gpu_groups or accelerators:
+            wanted.append(name)
+    return wanted
+
+
+def _compile(options: BuildOptions, target: Target, ui: BuildUI) -> tuple[CompiledRepository, str, list[str]]:
+    ui.step(f"compiling {options.repository}")
+    try:
+        root = ensure_repository(options.repository)
+        compiled = compile_repository(root, options.models, "cpu", auto_complete=options.auto_complete)
+    except (RepositoryError, ValueError) as exc:
+        raise BuildError(str(exc)) from None
+    _raise_failures(compiled)
+    gpu_models = _gpu_requested(compiled)
+    device = "cpu"
+    if target.gpu and (options.device == "gpu" or (options.device == "auto" and gpu_models)):
+        device = "gpu"
+        compiled = compile_repository(root, options.models, device, auto_complete=options.auto_complete)
+        _raise_failures(compiled)
+    if not compiled.models:
+        raise BuildError(f"no models to build: the repository {options.repository} has none")
+    return compiled, device, gpu_models
+
+
+def _raise_failures(compiled: CompiledRepository) -> None:
+    if compiled.failures:
+        lines = []
+        for name in sorted(compiled.failures):
+            error = compiled.failures[name]
+            where = f"{error.location}: " if error.location else ""
+            lines.append(f"{name}: {where}{error.message}")
+        raise BuildError("the repository has invalid models; nothing was built:\n  " + "\n  ".join(lines))
+
+
+def _describe_base(options: BuildOptions, target: Target, builder: Builder | None, ui: BuildUI) -> BaseImage:
+    reference = options.base_image or target.default_base
+    arch = PLATFORM_ARCH[options.platform]
+    if options.python_version:
+        return from_python_version(reference, options.python_version, arch)
+    known = known_base_image(reference, arch)
+    if known is not None:
+        return known
+    if builder is None:
+        raise BuildError(
+            f"cannot tell which Python base image {reference} has without a container engine: "
+            "pass --python-version (e.g. 3.12), or use a builder that can run it"
+        )
+    ui.step(f"probing base image {reference}")
+    return parse_probe(reference, builder.probe(reference, PROBE_SCRIPT, options.platform), arch)
+
+
+def _model_requirements(compiled: CompiledRepository) -> list[ModelRequirements]:
+    found = []
+    for name in sorted(compiled.models):
+        path = compiled.models[name].path / "requirements.txt"
+        if path.is_file():
+            found.append(ModelRequirements(name, path))
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
+    """Start the image as Cloud Run would (read-only root, writable /tmp, non-root) and time it
+    until /v2/health/ready answers 200 (models loaded and warmed up)."""
+    port = _free_port()
+    ui.step(f"measuring cold start of {image}")
+    start = time.monotonic()
+    container = builder.run_detached(
+        image, ["--network", "host", "-e", f"PORT={port}", "-e", "TOOLKIT_HOST=127.0.0.1", "--read-only", "--tmpfs", "/tmp"]
+    )
+    try:
+        ready = wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", READY_TIMEOUT_S, lambda: builder.running(container))
+        if ready is None:
+            raise BuildError(f"{image} did not become ready within {READY_TIMEOUT_S:.0f} s", detail=builder.logs(container)[-3000:])
+        return ColdStart(round(time.monotonic() - start, 2), True, "container start to /v2/health/ready, this host")
+    finally:
+        builder.remove_container(container)
+
+
+# Lambda runs functions as an arbitrary non-root user (uid 993 in today's sandboxes).
+LAMBDA_SANDBOX_USER = "993:990"
+
+
+def measure_lambda_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
+    """Run the image as Lambda does (read-only root, writable /tmp, arbitrary non-root user) with a
+    local Runtime API, and time it until it answers a Function URL event for /v2/health/ready."""
+    from .lambda_emulator import RuntimeAPI, function_url_event
+
+    ui.step(f"measuring cold start of {image} (local Lambda Runtime API)")
+    with RuntimeAPI() as api:
+        args = ["--network", "host", "--read-only", "--tmpfs", "/tmp", "--user", LAMBDA_SANDBOX_USER]
+        for key, value in api.environment().items():
+            args += ["-e", f"{key}={value}"]
+        start = time.monotonic()
+        container = builder.run_detached(image, args)
+        try:
+            event = function_url_event("GET", "/v2/health/ready", {}, b"", "localhost")
+            try:
+                invocation = api.invoke(event, READY_TIMEOUT_S, alive=lambda: builder.running(container))
+            except (RuntimeError, TimeoutError) as exc:
+                raise BuildError(f"{image} did not answer: {exc}", detail=builder.logs(container)[-3000:]) from None
+            seconds = time.monotonic() - start
+            status = invocation.payload.get("statusCode") if isinstance(invocation.payload, dict) else None
+            if invocation.outcome != "response" or status != 200:
+                raise BuildError(f"{image} answered /v2/health/ready with {invocation.payload!r}", detail=builder.logs(container)[-3000:])
+        finally:
+            builder.remove_container(container)
+    return ColdStart(round(seconds, 2), True, "container start to first response (init + invoke), local Runtime API")
+
+
+def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
+    ui = ui or SilentUI()
+    target = _check_options(options)
+    builder: Builder | None = None
+    notes: list[str] = []
+    if options.builder != "none":
+        builder, notes = detect_builder(options.builder)
+        for note in notes:
+            ui.warn(note)
+        check_platform_buildable(options.platform)
+
+    compiled, device, gpu_models = _compile(options, target, ui)
+    base = _describe_base(options, target, builder, ui)
+    gpu = device == "gpu"
+    runtime = runtime_requirements(
+        server=target.server,
+        aws_lambda=target.name == "lambda",
+        runtime_client=not base.lambda_base,
+        gpu_cuda=options.cuda if gpu else None,
+    )
+    layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT
+    name = options.name or default_image_name(compiled.root)
+    output = options.output or Path("build") / f"{name.replace('/', '-')}-{target.name}"
+    if output.resolve().is_relative_to(compiled.root.resolve()):
+        raise BuildOptionError(
+            f"--output {output} is inside the model repository {compiled.root}: the next build would read it as "
+            "a model (as tritonserver would); choose a folder outside the repository"
+        )
+    check_output(output)
+    plan = ImagePlan(target=target, base=base, device=device, layout=layout, runtime=runtime, name=name)
+
+    ui.step(f"wheelhouse for Python {base.python} on {plan.platform}")
+    wheelhouse = build_wheelhouse(
+        runtime, _model_requirements(compiled), base, cache_dir=options.wheel_cache, refresh=options.refresh_wheels,
+        progress=ui.line,
+    )
+    pythons = python_models((n, m.backend) for n, m in compiled.models.items())
+    ui.step(f"writing build context {output}")
+    context = render_context(plan, compiled, wheelhouse, output, pythons)
+    tag = options.tag or context.default_tag
+    reference = f"{name}:{tag}"
+    tags = [reference]
+    pushed = f"{options.push.rstrip('/')}/{name}:{tag}" if options.push else None
+    if pushed:
+        tags.append(pushed)
+
+    command = builder.printable_build_command(context.directory, tags, plan.platform) if builder else printable_command(
+        options.builder, context.directory, tags, plan.platform
+    )
+    models = model_entries(compiled, context.model_bytes)
+    report = BuildReport(
+        name=name, tag=tag, target=target.name, platform=plan.platform, base_image=base.reference, python=base.python,
+        device=device, context=str(context.directory), context_digest=context.digest,
+        repository_digest=context.repository_digest, builder=builder.name if builder else "none", build_command=command,
+        models=models, python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
+        warnings=target_warnings(target, compiled, gpu_models),
+    )
+    if runtime.cuda is not None:
+        report.cuda = {
+            "major": runtime.cuda.cuda_major, "min_driver": runtime.cuda.min_driver,
+            "onnxruntime": runtime.cuda.onnxruntime.spec, "note": runtime.cuda.note,
+        }
+    if pythons:
+        report.warnings.append(
+            f"python models ({', '.join(pythons)}): auto_complete_config() is not run at build time yet "
+            "(toolkit/build/hooks.py); their configs ship as compiled on this host"
+        )
+    write_metadata(context, {
+        "toolkit_version": __version__, "name": name, "tag": tag, "image": reference, "push": pushed,
+        "target": target.name, "platform": plan.platform, "device": device, "base_image": base.reference,
+        "python": base.python, "base_image_source": base.source, "labels": context.labels, "build_command": command,
+        "models": {m.name: m.versions for m in models},
+    })
+    report_path = context.directory / "build-report.json"
+
+    if target.max_image_bytes is not None and sum(context.model_bytes.values()) > target.max_image_bytes:
+        report.errors.append(f"the models alone exceed {target.name}'s image size limit")
+    if builder is None:
+        report.cold_start = estimate_cold_start(context.size, models, _warmups(compiled))
+        report.write(report_path)
+        if report.errors:
+            raise BuildError("; ".join(report.errors))
+        return BuildResult(report, report_path, context.directory, notes)
+
+    ui.step(f"building {reference} with {builder.name}")
+    started = time.monotonic()
+    builder.build(context.directory, tags, plan.platform, on_line=ui.line)
+    report.build_seconds = round(time.monotonic() - started, 1)
+    info = builder.inspect(reference)
+    report.image, report.image_id, report.image_size, report.layers = reference, info.id, info.size, info.layers
+    if target.max_image_bytes is not None and info.size > target.max_image_bytes:
+        report.errors.append(
+            f"the image is {info.size} bytes, over {target.name}'s {target.max_image_bytes} byte limit for container images"
+        )
+    if options.measure_cold_start and not builder.can_run:
+        ui.warn(f"{builder.name} cannot run the image: the cold start is estimated, not measured")
+        report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
+    elif options.measure_cold_start and target.server:
+        report.cold_start = measure_cold_start(builder, reference, ui)
+    elif options.measure_cold_start:
+        report.cold_start = measure_lambda_cold_start(builder, reference, ui)
+    else:
+        report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
+    if report.errors:
+        report.write(report_path)
+        raise BuildError("; ".join(report.errors))
+    if pushed:
+        ui.step(f"pushing {pushed}")
+        builder.push(pushed, on_line=ui.line)
+        report.pushed = pushed
+    report.write(report_path)
+    return BuildResult(report, report_path, context.directory, notes)
+
+
+def _warmups(compiled: CompiledRepository) -> int:
+    return sum(len(m.config.get("model_warmup", [])) for m in compiled.models.values())

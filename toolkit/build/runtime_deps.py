@@ -1,0 +1,159 @@
+"""What the `handlers` runtime needs inside an image: declared here, once.
+
+The image installs exactly these distributions (plus their own dependencies, resolved by pip for
+the image's platform and Python) and nothing of the build-time side: never toolkit, protobuf,
+onnx, jinja2, boto3 or tritonclient. The version floors match pyproject.toml's (a test checks).
+
+ONNX Runtime is installed without its declared dependencies: the `onnxruntime` module needs only
+numpy at run time; flatbuffers, packaging and protobuf serve its offline tools (quantisation,
+transformers optimiser), which the runtime never imports. That keeps protobuf out of the image.
+
+GPU images take `onnxruntime-gpu` from the release line whose CUDA major matches the platform's
+NVIDIA driver, with CUDA and cuDNN from NVIDIA's PyPI wheels (no CUDA base image needed):
+
+- CUDA 12 (default): `onnxruntime-gpu` 1.26.0, the last release built for CUDA 12 (1.27 and later
+  need CUDA 13). Runs on drivers >= 525.60.13 through CUDA 12's minor-version compatibility; Cloud
+  Run's L4 GPUs document driver 535.216.03 (CUDA 12.2).
+- CUDA 13: `onnxruntime-gpu` >= 1.28 (CUDA 13 wheels), drivers >= 580.65.06 (Cloud Run's RTX PRO
+  6000 Blackwell documents a 580 driver, CUDA 13.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RuntimeRequirement:
+    """One distribution the runtime needs, with the top-level modules it provides."""
+
+    spec: str  # PEP 508 requirement, as pip reads it
+    imports: tuple[str, ...]
+    no_deps: bool = False  # installed without its declared dependencies (see module docstring)
+
+    @property
+    def name(self) -> str:
+        for i, ch in enumerate(self.spec):
+            if ch in "<>=!~[; ":
+                return self.spec[:i]
+        return self.spec
+
+
+# Everything the runtime imports whatever the target (handlers/ app, protocol, batching, metrics).
+CORE: tuple[RuntimeRequirement, ...] = (
+    RuntimeRequirement("numpy>=1.26", ("numpy",)),
+    RuntimeRequirement("fastapi>=0.110", ("fastapi", "starlette", "pydantic", "anyio", "typing_extensions")),
+    RuntimeRequirement("orjson>=3.9", ("orjson",)),
+    RuntimeRequirement("prometheus-client>=0.20", ("prometheus_client",)),
+)
+
+# The HTTP server of Cloud Run / Knative images (handlers.entrypoints.server). pyproject's
+# `uvicorn[standard]` also brings websockets, watchfiles, python-dotenv and PyYAML for
+# development servers; the image takes only the two accelerators the runtime uses.
+SERVER: tuple[RuntimeRequirement, ...] = (
+    RuntimeRequirement("uvicorn>=0.29", ("uvicorn",)),
+    RuntimeRequirement("uvloop>=0.19", ("uvloop",)),
+    RuntimeRequirement("httptools>=0.6", ("httptools",)),
+)
+
+# AWS Lambda (handlers.entrypoints.aws_lambda). awslambdaric is the Lambda runtime interface
+# client: the AWS base images carry their own, any other base image gets this one as entrypoint.
+LAMBDA: tuple[RuntimeRequirement, ...] = (RuntimeRequirement("mangum>=0.17", ("mangum",)),)
+LAMBDA_RUNTIME_CLIENT = RuntimeRequirement("awslambdaric>=2.2", ("awslambdaric",))
+
+ONNXRUNTIME_CPU = RuntimeRequirement("onnxruntime>=1.18", ("onnxruntime",), no_deps=True)
+
+# GPU metrics (handlers.metrics reads GPU utilisation through NVML when it is importable).
+NVML = RuntimeRequirement("nvidia-ml-py>=12.535", ("pynvml",))
+
+
+@dataclass(frozen=True)
+class CudaLine:
+    """An onnxruntime-gpu release line and the CUDA libraries (PyPI wheels) it loads."""
+
+    cuda_major: int
+    min_driver: str
+    onnxruntime: RuntimeRequirement
+    libraries: tuple[RuntimeRequirement, ...]
+    note: str
+
+
+def _lib(spec: str) -> RuntimeRequirement:
+    return RuntimeRequirement(spec, ())
+
+
+CUDA_LINES: dict[int, CudaLine] = {
+    12: CudaLine(
+        cuda_major=12,
+        min_driver="525.60.13",
+        onnxruntime=RuntimeRequirement("onnxruntime-gpu==1.26.0", ("onnxruntime",), no_deps=True),
+        # onnxruntime-gpu 1.26.0's `cuda` and `cudnn` extras (cuBLAS comes with cuDNN).
+        libraries=(
+            _lib("nvidia-cuda-runtime-cu12~=12.0"),
+            _lib("nvidia-cuda-nvrtc-cu12~=12.0"),
+            _lib("nvidia-cufft-cu12~=11.0"),
+            _lib("nvidia-curand-cu12~=10.0"),
+            _lib("nvidia-cudnn-cu12~=9.0"),
+        ),
+        note="Cloud Run L4 (driver 535.216.03, CUDA 12.2) via CUDA 12 minor-version compatibility",
+    ),
+    13: CudaLine(
+        cuda_major=13,
+        min_driver="580.65.06",
+        onnxruntime=RuntimeRequirement("onnxruntime-gpu>=1.28,<2", ("onnxruntime",), no_deps=True),
+        # onnxruntime-gpu 1.28+'s `cuda` and `cudnn` extras.
+        libraries=(
+            _lib("nvidia-cuda-runtime~=13.0"),
+            _lib("nvidia-cuda-nvrtc~=13.0"),
+            _lib("nvidia-cufft~=12.0"),
+            _lib("nvidia-curand~=10.0"),
+            _lib("nvidia-cudnn-cu13~=9.0"),
+        ),
+        note="drivers >= 580 (e.g. Cloud Run RTX PRO 6000 Blackwell, CUDA 13.0)",
+    ),
+}
+DEFAULT_CUDA_MAJOR = 12
+
+# Distributions and modules the runtime must never carry (build-time side, cloud SDKs).
+FORBIDDEN_DISTRIBUTIONS = frozenset(
+    {"triton-serverless-toolkit", "protobuf", "onnx", "jinja2", "boto3", "botocore", "tritonclient"}
+)
+FORBIDDEN_IMPORTS = frozenset({"toolkit", "google", "onnx", "jinja2", "boto3", "botocore", "tritonclient"})
+
+
+@dataclass(frozen=True)
+class RuntimeSet:
+    """The runtime requirements of one image."""
+
+    resolved: tuple[RuntimeRequirement, ...]  # installed with their dependencies
+    no_deps: tuple[RuntimeRequirement, ...]  # installed alone
+    cuda: CudaLine | None = None
+
+
+def runtime_requirements(*, server: bool, aws_lambda: bool, runtime_client: bool, gpu_cuda: int | None) -> RuntimeSet:
+    """The requirements of an image: `server` (uvicorn), `aws_lambda` (Mangum), `runtime_client`
+    (awslambdaric, for non-AWS base images), `gpu_cuda` (CUDA major of a GPU image, else CPU)."""
+    resolved: list[RuntimeRequirement] = list(CORE)
+    if server:
+        resolved.extend(SERVER)
+    if aws_lambda:
+        resolved.extend(LAMBDA)
+        if runtime_client:
+            resolved.append(LAMBDA_RUNTIME_CLIENT)
+    cuda = None
+    if gpu_cuda is None:
+        no_deps = (ONNXRUNTIME_CPU,)
+    else:
+        if gpu_cuda not in CUDA_LINES:
+            raise ValueError(f"unsupported CUDA major {gpu_cuda} (supported: {', '.join(map(str, CUDA_LINES))})")
+        cuda = CUDA_LINES[gpu_cuda]
+        resolved.extend(cuda.libraries)
+        resolved.append(NVML)
+        no_deps = (cuda.onnxruntime,)
+    return RuntimeSet(tuple(resolved), no_deps, cuda)
+
+
+def allowed_runtime_imports() -> frozenset[str]:
+    """Top-level modules the `handlers` package may import besides the standard library."""
+    every = [*CORE, *SERVER, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    return frozenset(module for requirement in every for module in requirement.imports)

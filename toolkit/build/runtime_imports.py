@@ -1,0 +1,65 @@
+"""The `handlers` package goes into images alone: check what it imports before shipping it.
+
+Every `import` statement of every module (also those inside functions, which run later) is read
+with `ast`. Allowed: the standard library, `handlers` itself (and relative imports), and the
+modules of the declared runtime dependencies (runtime_deps.py). Anything else would fail in the
+image with ModuleNotFoundError, so it is refused at build time, naming the file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .runtime_deps import FORBIDDEN_IMPORTS, allowed_runtime_imports
+
+RUNTIME_PACKAGE = "handlers"
+
+
+@dataclass(frozen=True)
+class ImportProblem:
+    file: Path
+    line: int
+    module: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: imports '{self.module}': {self.reason}"
+
+
+def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def check_runtime_imports(package_dir: Path) -> list[ImportProblem]:
+    """Problems in the `handlers` package at `package_dir` (empty when it can ship)."""
+    allowed = allowed_runtime_imports() | set(sys.stdlib_module_names) | {RUNTIME_PACKAGE, "__future__"}
+    problems: list[ImportProblem] = []
+    for path in sorted(package_dir.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except SyntaxError as exc:
+            problems.append(ImportProblem(path, exc.lineno or 0, "-", f"syntax error: {exc.msg}"))
+            continue
+        for line, module in _imported_modules(tree):
+            top = module.split(".", 1)[0]
+            if top in FORBIDDEN_IMPORTS:
+                problems.append(
+                    ImportProblem(path, line, module, "the runtime must never import the build-time side or its libraries")
+                )
+            elif top not in allowed:
+                problems.append(
+                    ImportProblem(
+                        path, line, module, "not the standard library and not a declared runtime dependency "
+                        "(toolkit/build/runtime_deps.py)"
+                    )
+                )
+    return problems

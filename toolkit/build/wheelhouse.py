@@ -1,0 +1,296 @@
+"""The wheelhouse: every wheel the image installs, downloaded on the host for the image's platform.
+
+`pip download --only-binary=:all: --platform ... --python-version ... --abi ...` fetches the
+runtime's wheels (and the models' requirements.txt) for the base image's Python and C library,
+so the image build needs no network and no compiler: the Dockerfile installs them with
+`pip install --no-index --no-deps --require-hashes` from the wheelhouse's `requirements.txt`,
+which pins every wheel by version and sha256.
+
+Resolution runs in two steps: the requirements installed with their dependencies are resolved
+together; the `no_deps` ones (ONNX Runtime) are then downloaded alone. A pip wheel is added to
+bootstrap the install in base images that have no pip (it is not installed into the image).
+
+Wheelhouses are cached by everything that decides their content (requirements, model
+requirement files, Python, platform tags, pip's index settings), so rebuilding the same inputs
+gives the same wheels and the same context digest. `refresh=True` resolves again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .base_image import BaseImage
+from .errors import BuildError
+from .runtime_deps import FORBIDDEN_DISTRIBUTIONS, RuntimeSet
+
+LOCK_FILENAME = "wheelhouse.json"
+REQUIREMENTS_FILENAME = "requirements.txt"
+ONNXRUNTIME_DISTRIBUTIONS = frozenset({"onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"})
+_WHEEL_NAME = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(?:-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+
+Progress = Callable[[str], None]
+
+
+def canonical_name(name: str) -> str:
+    """PEP 503 normalised distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def default_cache_dir() -> Path:
+    """``$TOOLKIT_WHEEL_CACHE``, default ``~/.cache/toolkit/wheelhouse``."""
+    return Path(os.environ.get("TOOLKIT_WHEEL_CACHE", "~/.cache/toolkit/wheelhouse")).expanduser()
+
+
+@dataclass(frozen=True)
+class Wheel:
+    filename: str
+    name: str  # canonical
+    version: str
+    sha256: str
+    size: int
+
+    @classmethod
+    def from_file(cls, path: Path) -> Wheel:
+        match = _WHEEL_NAME.match(path.name)
+        if not match:
+            raise BuildError(f"unexpected file in wheelhouse: {path.name}")
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        return cls(path.name, canonical_name(match["name"]), match["version"], digest.hexdigest(), path.stat().st_size)
+
+    @property
+    def requirement_line(self) -> str:
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
+
+
+@dataclass(frozen=True)
+class ModelRequirements:
+    """A model's requirements.txt (Python-backend models' own dependencies)."""
+
+    model: str
+    path: Path
+
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+@dataclass
+class Wheelhouse:
+    directory: Path
+    wheels: list[Wheel]  # installed into the image
+    pip: Wheel  # bootstraps the install; not installed
+    key: str
+    reused: bool = False
+
+    @property
+    def size(self) -> int:
+        return sum(w.size for w in self.wheels)
+
+    def requirements_text(self) -> str:
+        lines = ["# Every wheel the image installs, pinned by version and hash (toolkit build)."]
+        lines += [w.requirement_line for w in sorted(self.wheels, key=lambda w: w.name)]
+        return "\n".join(lines) + "\n"
+
+    def versions(self) -> dict[str, str]:
+        return {w.name: w.version for w in sorted(self.wheels, key=lambda w: w.name)}
+
+    def library_dirs(self, site_packages: str) -> list[str]:
+        """Folders of shared libraries shipped by NVIDIA's wheels (CUDA, cuDNN) after install,
+        for LD_LIBRARY_PATH: onnxruntime's CUDA provider dlopens them by soname."""
+        import zipfile
+
+        folders: set[str] = set()
+        for wheel in self.wheels:
+            if not wheel.name.startswith("nvidia-"):
+                continue
+            with zipfile.ZipFile(self.directory / wheel.filename) as archive:
+                for entry in archive.namelist():
+                    if ".dist-info/" in entry or ".data/" in entry:
+                        continue
+                    if re.search(r"\.so(\.\d+)*$", entry):
+                        folders.add(entry.rsplit("/", 1)[0])
+        return [f"{site_packages}/{folder}" for folder in sorted(folders)]
+
+
+def _pip_base(base: BaseImage) -> list[str]:
+    command = [
+        sys.executable, "-m", "pip", "download",
+        "--disable-pip-version-check", "--progress-bar", "off",
+        "--only-binary=:all:",
+        "--implementation", "cp",
+        "--python-version", base.python,
+        "--abi", base.python_tag,
+    ]
+    for tag in base.wheel_platforms():
+        command += ["--platform", tag]
+    return command
+
+
+def _pip_settings() -> dict[str, str]:
+    """pip's index settings decide what resolves: part of the cache key."""
+    return {k: v for k, v in sorted(os.environ.items()) if k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS")}
+
+
+def cache_key(runtime: RuntimeSet, model_requirements: Iterable[ModelRequirements], base: BaseImage) -> str:
+    document = {
+        "python": base.python,
+        "platforms": base.wheel_platforms(),
+        "resolved": [r.spec for r in runtime.resolved],
+        "no_deps": [r.spec for r in runtime.no_deps],
+        "models": [[m.model, m.text()] for m in model_requirements],
+        "pip": _pip_settings(),
+    }
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
+
+
+def _run_pip(command: list[str], what: str, progress: Progress | None) -> None:
+    if progress:
+        progress(f"pip download ({what})")
+    process = subprocess.run(command, check=False, capture_output=True, text=True)
+    if process.returncode != 0:
+        output = (process.stdout + process.stderr).splitlines()
+        useful = [ln for ln in output if "is ignored: it is neither a file nor a directory" not in ln]
+        hint = ""
+        if any("No matching distribution" in ln or "Could not find a version" in ln for ln in useful):
+            hint = (
+                " (no wheel for this Python/platform: the image installs wheels only, never source "
+                "distributions; check the requirement or choose another --base-image/--platform)"
+            )
+        raise BuildError(f"pip could not download the {what}{hint}", detail="\n".join(useful[-25:]))
+
+
+def _load_cached(entry: Path) -> Wheelhouse | None:
+    lock = entry / LOCK_FILENAME
+    if not lock.is_file():
+        return None
+    try:
+        data = json.loads(lock.read_text())
+        wheels = [Wheel(**w) for w in data["wheels"]]
+        pip = Wheel(**data["pip"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    for wheel in [*wheels, pip]:
+        path = entry / wheel.filename
+        if not path.is_file() or path.stat().st_size != wheel.size:
+            return None
+    return Wheelhouse(entry, wheels, pip, data["key"], reused=True)
+
+
+def build_wheelhouse(
+    runtime: RuntimeSet,
+    model_requirements: list[ModelRequirements],
+    base: BaseImage,
+    *,
+    cache_dir: Path | None = None,
+    refresh: bool = False,
+    progress: Progress | None = None,
+) -> Wheelhouse:
+    """Download (or reuse from the cache) the wheels of an image."""
+    key = cache_key(runtime, model_requirements, base)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    entry = root / key[:32]
+    if not refresh:
+        cached = _load_cached(entry)
+        if cached is not None:
+            if progress:
+                progress(f"wheelhouse reused from cache {entry}")
+            return cached
+    root.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=root))
+    try:
+        wheels, pip = _download(runtime, model_requirements, base, work, progress)
+        (work / LOCK_FILENAME).write_text(
+            json.dumps({"key": key, "wheels": [asdict(w) for w in wheels], "pip": asdict(pip)}, indent=1) + "\n"
+        )
+        if entry.exists():
+            # Move the old entry aside atomically: a build that uses it keeps its files (hard
+            # links into its context were made already), later builds see the new one.
+            entry.rename(root / f".stale-{key[:12]}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            work.rename(entry)
+        except OSError:  # another build filled the same entry meanwhile: use theirs
+            cached = _load_cached(entry)
+            if cached is None:
+                raise
+            return cached
+    finally:
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
+        for stale in root.glob(f".stale-{key[:12]}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    return Wheelhouse(entry, wheels, pip, key)
+
+
+def _download(
+    runtime: RuntimeSet, model_requirements: list[ModelRequirements], base: BaseImage, dest: Path, progress: Progress | None
+) -> tuple[list[Wheel], Wheel]:
+    resolved_in = dest / "runtime.in"
+    resolved_in.write_text("\n".join(r.spec for r in runtime.resolved) + "\n")
+    command = [*_pip_base(base), "--dest", str(dest), "-r", str(resolved_in)]
+    for model in model_requirements:
+        command += ["-r", str(model.path)]
+    what = "runtime dependencies" + (" and model requirements" if model_requirements else "")
+    _run_pip(command, what, progress)
+    resolved = {Wheel.from_file(p).name for p in dest.glob("*.whl")}
+    pulled = sorted(resolved & ONNXRUNTIME_DISTRIBUTIONS)
+    if pulled:
+        owners = ", ".join(m.model for m in model_requirements) or "the runtime"
+        raise BuildError(
+            f"the requirements of {owners} pull in {', '.join(pulled)}: the image's ONNX Runtime is chosen by "
+            "toolkit build (onnxruntime on CPU, onnxruntime-gpu for GPU images); remove it from requirements.txt"
+        )
+    forbidden = sorted(resolved & FORBIDDEN_DISTRIBUTIONS)
+    if forbidden and not model_requirements:
+        raise BuildError(f"the runtime's dependencies unexpectedly bring {', '.join(forbidden)} (toolkit/build/runtime_deps.py)")
+
+    before = set(dest.glob("*.whl"))
+    alone = [r.spec for r in runtime.no_deps]
+    _run_pip([*_pip_base(base), "--dest", str(dest), "--no-deps", *alone], ", ".join(alone), progress)
+    # pip itself only bootstraps the install (any recent pip runs on Python >= 3.9).
+    pip_dir = dest / "bootstrap"
+    pip_dir.mkdir()
+    _run_pip([*_pip_base(base), "--dest", str(pip_dir), "--no-deps", "pip"], "pip (installer bootstrap)", progress)
+    (pip_file,) = pip_dir.glob("pip-*.whl")
+    pip_file.rename(dest / pip_file.name)
+    pip_dir.rmdir()
+    resolved_in.unlink()
+
+    wheels = [Wheel.from_file(p) for p in sorted(dest.glob("*.whl")) if p.name != pip_file.name]
+    names = [w.name for w in wheels]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise BuildError(f"conflicting versions downloaded for {', '.join(duplicates)}: pin them in requirements.txt")
+    if not (set(dest.glob("*.whl")) - before - {dest / pip_file.name}):
+        raise BuildError(f"pip downloaded nothing for {', '.join(alone)}")
+    return wheels, Wheel.from_file(dest / pip_file.name)
+
+
+def install_into(wheelhouse: Wheelhouse, target: Path, epoch: int) -> None:
+    """Place the wheelhouse (wheels, pip, requirements.txt) into the build context."""
+    target.mkdir(parents=True, exist_ok=True)
+    for wheel in [*wheelhouse.wheels, wheelhouse.pip]:
+        source = wheelhouse.directory / wheel.filename
+        destination = target / wheel.filename
+        try:
+            os.link(source, destination)
+        except OSError:
+            shutil.copyfile(source, destination)
+        os.chmod(destination, 0o644)
+        os.utime(destination, (epoch, epoch))
+    requirements = target / REQUIREMENTS_FILENAME
+    requirements.write_text(wheelhouse.requirements_text())
+    os.chmod(requirements, 0o644)
+    os.utime(requirements, (epoch, epoch))
