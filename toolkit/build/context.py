@@ -41,7 +41,10 @@ from .wheelhouse import Wheelhouse, install_into
 EPOCH = 315532800
 METADATA_FILENAME = "build.json"
 REPORT_FILENAME = "build-report.json"
-NOT_IN_CONTEXT = (METADATA_FILENAME, REPORT_FILENAME)
+# The build report, metadata and deployment manifests (toolkit.deploy) describe the build and
+# stay out of the image and its digest.
+DEPLOY_FOLDER = "deploy"
+NOT_IN_CONTEXT = (METADATA_FILENAME, REPORT_FILENAME, DEPLOY_FOLDER)
 LABEL_PREFIX = "io.triton-serverless-toolkit"
 CONTAINER_PORT = 8080
 
@@ -204,7 +207,7 @@ def tree_digest(root: Path, exclude: tuple[str, ...] = ()) -> str:
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*"), key=lambda p: p.relative_to(root).as_posix()):
         relative = path.relative_to(root).as_posix()
-        if relative in exclude or not path.is_file():
+        if relative in exclude or relative.split("/", 1)[0] in exclude or not path.is_file():
             continue
         mode = path.stat().st_mode & 0o777
         digest.update(f"{relative}\0{mode:o}\0{_file_digest(path)}\n".encode())

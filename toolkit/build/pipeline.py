@@ -315,6 +315,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         "models": {m.name: m.versions for m in models},
     })
     report_path = context.directory / "build-report.json"
+    report.manifests = [str(p) for p in _write_deploy_manifests(target.name, context.directory, pushed or reference, name, compiled)]
 
     if target.max_image_bytes is not None and sum(context.model_bytes.values()) > target.max_image_bytes:
         report.errors.append(f"the models alone exceed {target.name}'s image size limit")
@@ -357,3 +358,12 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
 
 def _warmups(compiled: CompiledRepository) -> int:
     return sum(len(m.config.get("model_warmup", [])) for m in compiled.models.values())
+
+
+def _write_deploy_manifests(target: str, context_dir: Path, image: str, name: str, compiled) -> list[Path]:
+    """The target's deployment manifest (SAM template.yaml, Cloud Run or Knative service.yaml)
+    beside the image, for teams that deploy through infrastructure as code."""
+    from ..deploy.manifests import write_manifests
+    from .context import DEPLOY_FOLDER
+
+    return write_manifests(target, context_dir / DEPLOY_FOLDER, image=image, name=name, compiled_repository=compiled)

@@ -91,6 +91,7 @@ class BuildReport:
     cuda: dict[str, Any] | None = None
     cold_start: ColdStart | None = None
     pushed: str | None = None
+    manifests: list[str] = field(default_factory=list)  # deployment manifests (IaC) written beside the image
     build_seconds: float | None = None
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -109,6 +110,7 @@ class BuildReport:
         rows = [
             ("image", self.image or "(not built)"),
             ("pushed", self.pushed or "-"),
+            ("deploy manifests", ", ".join(self.manifests) or "-"),
             ("image size", human_bytes(self.image_size)),
             ("base image", f"{self.base_image} (Python {self.python}, {self.platform})"),
             ("device", self.device),

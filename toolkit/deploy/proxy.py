@@ -1,0 +1,179 @@
+"""`toolkit proxy URL`: a local plain-HTTP endpoint that signs each request and forwards it.
+
+Unmodified clients (`tritonclient.http`, `perf_analyzer -u 127.0.0.1:8000`, curl) talk to the
+proxy as they would to tritonserver; the proxy adds SigV4 or a Google ID token (signing.py) and
+forwards to the private deployment over HTTPS, then relays the answer unchanged: status, body
+(compressed bodies stay compressed) and headers such as `Inference-Header-Content-Length`.
+
+It listens on 127.0.0.1 by default: anyone who can reach it calls the deployment with your
+credentials. HTTP/1.1 keep-alive on both sides; a thread per client connection; a pool of
+upstream connections.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+from urllib.parse import urlsplit
+
+from .errors import DeployError
+from .signing import Signer
+
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "host", "content-length", "expect",
+})
+# Client credentials are never forwarded: the proxy's signature replaces them.
+CLIENT_AUTH = frozenset({"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"})
+MAX_BODY_BYTES = 256 * 1024 * 1024
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_ProxyServer"
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's signature)
+        if self.server.log is not None:
+            self.server.log(f"{self.address_string()} {format % args}")
+
+    def _read_body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            chunks = []
+            total = 0
+            while True:
+                size_line = self.rfile.readline(65537).split(b";", 1)[0].strip()
+                size = int(size_line or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                total += size
+                if total > MAX_BODY_BYTES:
+                    raise ValueError("request body too large for the proxy")
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(65537)
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length < 0 or length > MAX_BODY_BYTES:
+            raise ValueError("invalid Content-Length")
+        return self.rfile.read(length) if length else b""
+
+    def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.send_response(status)
+        for key, value in headers:
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _error(self, status: int, message: str) -> None:
+        self._reply(status, [("Content-Type", "application/json")], json.dumps({"error": f"toolkit proxy: {message}"}).encode())
+
+    def _forward(self) -> None:
+        import urllib3
+
+        try:
+            body = self._read_body()
+        except ValueError as exc:
+            self.close_connection = True
+            self._error(400, str(exc))
+            return
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in CLIENT_AUTH
+        }
+        url = self.server.upstream + self.path
+        try:
+            signed = self.server.signer.sign(self.command, url, headers, body)
+        except DeployError as exc:
+            self._error(502, f"cannot sign the request: {exc.message}")
+            return
+        try:
+            response = self.server.pool.request(
+                self.command, url, body=body if body or self.command in ("POST", "PUT", "PATCH") else None,
+                headers=signed, preload_content=False, decode_content=False, redirect=False, retries=False,
+            )
+            data = response.read(decode_content=False)
+            response.release_conn()
+        except urllib3.exceptions.HTTPError as exc:
+            self._error(502, f"cannot reach {self.server.upstream}: {exc}")
+            return
+        with self.server.lock:
+            self.server.forwarded += 1
+        relayed = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
+        self._reply(response.status, relayed, data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _forward  # noqa: N815
+
+
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], upstream: str, signer: Signer, timeout_s: float,
+                 log: Callable[[str], None] | None) -> None:
+        import urllib3
+
+        super().__init__(address, _Handler)
+        self.upstream = upstream
+        self.signer = signer
+        self.log = log
+        self.lock = threading.Lock()
+        self.forwarded = 0
+        self.pool = urllib3.PoolManager(maxsize=64, block=False, timeout=urllib3.Timeout(connect=30.0, read=timeout_s))
+
+
+class SigningProxy:
+    """Start with `start()` (background thread) or `serve_forever()`; stop with `shutdown()`."""
+
+    def __init__(self, upstream: str, signer: Signer, host: str = "127.0.0.1", port: int = 8000,
+                 timeout_s: float = 300.0, log: Callable[[str], None] | None = None) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise DeployError(f"invalid upstream URL '{upstream}': expected https://HOST[/PATH]")
+        self.upstream = upstream.rstrip("/")
+        try:
+            self._server = _ProxyServer((host, port), self.upstream, signer, timeout_s, log)
+        except OSError as exc:
+            raise DeployError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}"
+
+    @property
+    def forwarded(self) -> int:
+        return self._server.forwarded
+
+    def start(self) -> "SigningProxy":
+        self._thread = threading.Thread(target=self._server.serve_forever, name="toolkit-proxy", daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def close(self) -> None:
+        """Release the socket (after `serve_forever` returned)."""
+        self._server.server_close()
+
+    def shutdown(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> "SigningProxy":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
