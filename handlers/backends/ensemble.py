@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..batching import BatchExecution
-from ..errors import InferenceError, internal
+from ..errors import InferenceError, internal, unavailable
 from ..inference import InferRequest, InferResponse, RequestedOutput
 from ..manifest import ModelSpec
+from ..protocol.codec import log_prefix
 from ..protocol.validation import validate_request
 
 if TYPE_CHECKING:
@@ -60,8 +61,11 @@ class EnsembleScheduler:
         return True
 
     async def infer(self, request: InferRequest) -> InferResponse:
-        if not self._accepting:
-            raise internal(f"ensemble '{self.spec.name}' is stopping")
+        if not self._accepting:  # the batchers' stopping error: UNAVAILABLE (503), as in Triton
+            raise unavailable(
+                f"{log_prefix(request.id)}Server is stopping, scheduler for model has stopped accepting new "
+                "inference requests"
+            )
         request.queue_start_ns = request.queue_start_ns or time.monotonic_ns()
         request.compute_start_ns = time.monotonic_ns()
         tensors: dict[str, np.ndarray] = dict(request.inputs)
@@ -84,7 +88,10 @@ class EnsembleScheduler:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     step = running.pop(task)
-                    response = task.result()  # raises the step's InferenceError
+                    try:
+                        response = task.result()
+                    except InferenceError as exc:  # tritonserver prefixes a composing model's error
+                        raise InferenceError(f"in ensemble '{self.spec.name}', {exc.message}", exc.code) from None
                     for output, tensor in step.output_map.items():
                         if output in response.outputs:
                             tensors[tensor] = response.outputs[output]
@@ -116,9 +123,7 @@ class EnsembleScheduler:
         try:
             validate_request(self.repository.get(step.model).spec.config, step_request)
         except InferenceError as exc:
-            raise InferenceError(
-                f"in ensemble '{self.spec.name}', step {step.index} (model '{step.model}'): {exc.message}", exc.code
-            ) from None
+            raise InferenceError(f"in ensemble '{self.spec.name}', {exc.message}", exc.code) from None
         return step_request
 
     def _outputs(self, request: InferRequest, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
