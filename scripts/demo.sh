@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the bundled sample (samples/ocr): set up ./.venv, fetch the OCR weights, serve
 # the repository with `toolkit serve`, send it a rendered image of known text through
-# tritonclient.http, print what was read, stop the server.
-#   scripts/demo.sh            (PORT=8000 by default)
+# tritonclient.http, print what was read, stop the server, then build the container image
+# (`toolkit build`; without a container engine, the build context and its build command).
+#   scripts/demo.sh     PORT=8000, TARGET=cloudrun|lambda|knative, BASE_IMAGE=... (optional)
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -61,4 +62,23 @@ echo "==> stopping the server"
 stop_server
 trap - EXIT
 rm -f "$log"
+
+# The product's main job: a container image of the repository. With a container engine (docker,
+# podman or buildah) the image is built; without one the build context and the exact build
+# command are written instead, and the output says so.
+target=${TARGET:-cloudrun}
+echo "==> toolkit build $repo --target $target"
+builder=none
+for engine in docker podman buildah; do
+  if command -v "$engine" >/dev/null 2>&1 && "$engine" info >/dev/null 2>&1; then builder=auto; break; fi
+done
+if [ "$builder" = none ]; then
+  echo "    (no running container engine found: writing the build context and the command to build it)"
+fi
+if ! .venv/bin/toolkit build "$repo" --target "$target" --builder "$builder" ${BASE_IMAGE:+--base-image "$BASE_IMAGE"} -q; then
+  if [ "$builder" = none ]; then exit 1; fi
+  echo "    the engine could not build the image (see above: usually the base image cannot be pulled;"
+  echo "    pass BASE_IMAGE=<an image with Python 3 you have locally>). Writing the context instead:"
+  .venv/bin/toolkit build "$repo" --target "$target" --builder none ${BASE_IMAGE:+--base-image "$BASE_IMAGE"} -q
+fi
 echo "==> done"
