@@ -414,7 +414,9 @@ def _compiled_spec(tmp_path: Path, name: str, source: str, extra: str = ""):
     ids=["initialize-raises", "no-class", "syntax-error"],
 )
 def test_load_failures_carry_tritons_message(tmp_path, source, process_message):
-    spec = _compiled_spec(tmp_path, "broken", source, _mode("process"))
+    # compiled from a valid model.py (`toolkit validate` refuses the broken sources), then broken
+    spec = _compiled_spec(tmp_path, "broken", "class TritonPythonModel:\n    pass\n", _mode("process"))
+    spec.model_files[1].write_text(source)
     with pytest.raises(PythonModelLoadError) as raised:
         create_instance(spec, 1, "broken_0")
     assert raised.value.args[0].startswith(process_message.format(file=spec.model_files[1]))

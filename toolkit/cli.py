@@ -80,6 +80,57 @@ def _instances(config: dict) -> str:
     return ", ".join(f"{g['count']} x {g['kind'].removeprefix('KIND_')}" for g in groups)
 
 
+def _status(result, name: str) -> str:
+    """READY, INVALID (tritonserver would refuse it) or UNSUPPORTED (valid, but not servable here)."""
+    if name in result.models:
+        return "READY"
+    return "UNSUPPORTED" if result.failures[name].unsupported else "INVALID"
+
+
+def _error_lines(name: str, error) -> list[str]:
+    """One precise error per problem: where, Triton's message, then what we add."""
+    where = f"{error.location}: " if error.location else ""
+    lines = [f"{name}: {where}{error.message}"]
+    if error.detail:
+        lines.append(f"  {error.detail}")
+    return lines
+
+
+def _print_error(name: str, error) -> None:
+    label = "[yellow]unsupported:[/yellow]" if error.unsupported else "[red]error:[/red]"
+    first, *rest = _error_lines(name, error)
+    err_console.print(f"{label} {first}", highlight=False, soft_wrap=True, markup=True)
+    for line in rest:
+        err_console.print(line, highlight=False, soft_wrap=True, markup=False, style="dim")
+
+
+def _model_json(result, name: str) -> dict:
+    entry: dict = {"name": name, "status": _status(result, name)}
+    if name in result.models:
+        m = result.models[name]
+        entry.update(
+            versions=m.versions,
+            backend=m.backend,
+            max_batch_size=m.config.get("max_batch_size", 0),
+            instances=[
+                {"name": g["name"], "kind": g["kind"], "count": g["count"], "gpus": g.get("gpus", [])}
+                for g in m.config.get("instance_group", [])
+            ],
+            warnings=m.warnings,
+        )
+    else:
+        e = result.failures[name]
+        entry.update(
+            error=e.message,
+            detail=e.detail,
+            stage=e.stage,
+            file=e.file,
+            line=e.line,
+            column=e.column,
+        )
+    return entry
+
+
 @app.command()
 def validate(
     repo: RepoArg,
@@ -88,59 +139,56 @@ def validate(
     device: DeviceOpt = "cpu",
     strict: StrictOpt = False,
 ) -> None:
-    """Check a repository the way tritonserver would; exit 1 if any selected model is invalid."""
+    """Check a repository the way tritonserver would; exit 1 if any selected model is invalid.
+
+    Messages are tritonserver's where it defines the check. Instances are computed for --device
+    (the target), not for this machine.
+    """
     result = _compile(repo, model, device, strict)
     if as_json:
         doc = {
             "repository": str(result.root),
             "device": str(result.device),
-            "models": [
-                {
-                    "name": name,
-                    "status": "READY" if name in result.models else "INVALID",
-                    **(
-                        {
-                            "versions": result.models[name].versions,
-                            "backend": result.models[name].backend,
-                            "warnings": result.models[name].warnings,
-                        }
-                        if name in result.models
-                        else {
-                            "error": result.failures[name].message,
-                            "file": result.failures[name].file,
-                            "line": result.failures[name].line,
-                            "column": result.failures[name].column,
-                        }
-                    ),
-                }
-                for name in sorted(result.selected)
-            ],
+            "auto_complete": not strict,
+            "ok": result.ok,
+            "models": [_model_json(result, name) for name in sorted(result.selected)],
         }
-        print(json.dumps(doc, indent=2))
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         raise typer.Exit(0 if result.ok else 1)
 
-    table = Table(title=f"Model repository {result.root} (device: {result.device})")
-    for column in ("model", "versions", "backend", "batching", "instances", "status"):
-        table.add_column(column)
-    for name in sorted(result.selected):
+    names = sorted(result.selected)
+    table = Table(title=f"Model repository {result.root} (device: {result.device})", title_justify="left")
+    # Model names are never truncated: the column is as wide as the longest name.
+    table.add_column("model", no_wrap=True, min_width=max((len(n) for n in names), default=5))
+    for column in ("versions", "backend", "batching", "instances", "status"):
+        table.add_column(column, overflow="fold")
+    styles = {"READY": "[green]OK[/green]", "INVALID": "[red]INVALID[/red]", "UNSUPPORTED": "[yellow]UNSUPPORTED[/yellow]"}
+    for name in names:
+        status = styles[_status(result, name)]
         if name in result.models:
             m = result.models[name]
             table.add_row(
-                name, ",".join(map(str, m.versions)), m.backend, _batching(m.config), _instances(m.config), "[green]OK[/green]"
+                name, ",".join(map(str, m.versions)), m.backend, _batching(m.config), _instances(m.config), status,
+                style=None,
             )
         else:
-            table.add_row(name, "-", "-", "-", "-", "[red]INVALID[/red]")
-    console.print(table)
-    for name in sorted(result.selected):
+            table.add_row(name, "-", "-", "-", "-", status)
+    console.print(table, crop=False)
+    for name in names:
         if name in result.models:
             for warning in result.models[name].warnings:
-                err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
-    for name in sorted(result.failures):
-        error = result.failures[name]
-        where = f"{error.location}: " if error.location else ""
-        err_console.print(f"[red]error:[/red] {name}: {where}{error.message}", highlight=False, soft_wrap=True)
-    if not result.selected:
+                err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False, soft_wrap=True)
+    for name in names:
+        if name in result.failures:
+            _print_error(name, result.failures[name])
+    if not names:
         err_console.print("[yellow]warning:[/yellow] the repository has no models", highlight=False)
+    elif result.ok:
+        err_console.print(f"{len(names)} model(s) valid for device {result.device}", highlight=False)
+    else:
+        err_console.print(
+            f"{len(result.failures)} of {len(names)} model(s) cannot be served", highlight=False
+        )
     raise typer.Exit(0 if result.ok else 1)
 
 
@@ -154,13 +202,11 @@ def config(
     """Print a model's completed configuration as Triton's JSON (what GET /v2/models/M/config returns)."""
     result = _compile(repo, [model_name], device, strict)
     if model_name in result.failures:
-        error = result.failures[model_name]
-        where = f"{error.location}: " if error.location else ""
-        err_console.print(f"[red]error:[/red] {model_name}: {where}{error.message}", highlight=False, soft_wrap=True)
+        _print_error(model_name, result.failures[model_name])
         raise typer.Exit(1)
     compiled = result.models[model_name]
     for warning in compiled.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {warning}", highlight=False)
+        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {warning}", highlight=False, soft_wrap=True)
     sys.stdout.write(json.dumps(compiled.config, indent=2) + "\n")
 
 
@@ -209,6 +255,312 @@ def serve(
     repository = ModelRepository(manifest)
     err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)
     raise typer.Exit(run_server(repository, host, port, exit_on_error=exit_on_error, log_level=log_level))
+
+
+class _RichBuildUI:
+    """Progress of `toolkit build` on stderr: a spinner per step, engine output streamed dimmed."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.status = err_console.status("starting")
+
+    def step(self, message: str) -> None:
+        self.status.update(message)
+        err_console.print(f"[bold]==>[/bold] {message}", highlight=False)
+
+    def line(self, message: str) -> None:
+        if not self.quiet:
+            err_console.print(message, style="dim", highlight=False, markup=False, soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        err_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False)
+
+
+@app.command()
+def build(
+    repo: RepoArg,
+    target: Annotated[str, typer.Option("--target", help="lambda, cloudrun or knative")],
+    model: ModelOpt = None,
+    name: Annotated[Optional[str], typer.Option(help="Image name (default: the repository folder's name)")] = None,
+    tag: Annotated[Optional[str], typer.Option(help="Image tag (default: the first 12 hex digits of the context digest)")] = None,
+    output: Annotated[Optional[Path], typer.Option(help="Build context folder (default: build/NAME-TARGET)")] = None,
+    builder: Annotated[str, typer.Option(help="auto, docker, podman, buildah, or none (write the context, print the command)")] = "auto",
+    base_image: Annotated[Optional[str], typer.Option(help="Base image with python3 (default: the target's)")] = None,
+    platform: Annotated[str, typer.Option(help="linux/amd64 or linux/arm64")] = "linux/amd64",
+    push: Annotated[Optional[str], typer.Option(metavar="REGISTRY", help="Push to this OCI registry, e.g. 127.0.0.1:5000 or ghcr.io/me")] = None,
+    device: Annotated[str, typer.Option(help="cloudrun/knative: auto (GPU when a model asks for KIND_GPU), cpu or gpu")] = "auto",
+    cuda: Annotated[int, typer.Option(help="CUDA major of GPU images: 12 (Cloud Run L4, driver >= 525.60.13) or 13 (driver >= 580)")] = 12,
+    python_version: Annotated[Optional[str], typer.Option(help="The base image's Python (e.g. 3.12) when it cannot be probed")] = None,
+    measure_cold_start: Annotated[
+        bool, typer.Option("--measure-cold-start", help="Run the built image (as its platform would) and time it until it answers ready")
+    ] = False,
+    refresh_wheels: Annotated[
+        bool, typer.Option("--refresh-wheels", help="Resolve and download the wheelhouse again instead of reusing the cache")
+    ] = False,
+    strict: StrictOpt = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream pip and engine output")] = False,
+) -> None:
+    """Build a container image of a repository for AWS Lambda, Cloud Run or Knative."""
+    from .build import BuildError, BuildOptions, run_build
+    from .build.errors import BuildOptionError
+
+    options = BuildOptions(
+        repository=repo, target=target, models=model, name=name, tag=tag, output=output, builder=builder,
+        base_image=base_image, platform=platform, push=push, device=device, cuda=cuda, python_version=python_version,
+        measure_cold_start=measure_cold_start, refresh_wheels=refresh_wheels, auto_complete=not strict,
+    )
+    ui = _RichBuildUI(quiet)
+    try:
+        with ui.status:
+            result = run_build(options, ui)
+    except BuildOptionError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except BuildError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.detail and (quiet or not exc.streamed):
+            err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    report = result.report
+    report.render(console)
+    for warning in report.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    err_console.print(f"report: {result.report_path}", highlight=False)
+    if report.image is None:
+        console.print("context written; build it with:", highlight=False)
+        console.print(f"  {report.build_command}", highlight=False, markup=False, soft_wrap=True)
+
+
+class _RichDeployUI:
+    """Progress of `toolkit deploy` on stderr; the plan and the record go to stdout."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+
+    def step(self, message: str) -> None:
+        err_console.print(f"[bold]==>[/bold] {message}", highlight=False, soft_wrap=True)
+
+    def line(self, message: str) -> None:
+        if not self.quiet:
+            err_console.print(message, style="dim", highlight=False, markup=False, soft_wrap=True)
+
+    def warn(self, message: str) -> None:
+        err_console.print(f"[yellow]warning:[/yellow] {message}", highlight=False, soft_wrap=True)
+
+
+def _pairs_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+@app.command()
+def deploy(
+    repo: Annotated[
+        Optional[str],
+        typer.Argument(help="Model repository: sizes the deployment, and is built into an image when --image is not given"),
+    ] = None,
+    target: Annotated[str, typer.Option("--target", "-t", help="lambda, cloudrun or knative")] = ...,  # type: ignore[assignment]
+    name: Annotated[Optional[str], typer.Option(help="Function / service name (default: the repository folder's name)")] = None,
+    image: Annotated[
+        Optional[str],
+        typer.Option(help="Image to deploy: a registry reference, a local engine image, or oci-archive:PATH / docker-archive:PATH / oci:DIR"),
+    ] = None,
+    model: ModelOpt = None,
+    region: Annotated[Optional[str], typer.Option(help="AWS region / Cloud Run region")] = None,
+    memory: Annotated[Optional[str], typer.Option(help="Memory: MB for Lambda (e.g. 3008), a quantity for services (16Gi)")] = None,
+    timeout: Annotated[Optional[int], typer.Option(help="Seconds: Lambda function timeout / request timeout of a service")] = None,
+    env: Annotated[Optional[list[str]], typer.Option("--env", help="KEY=VALUE environment variable (repeatable)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan and write the manifest; no cloud call")] = False,
+    output: Annotated[Optional[Path], typer.Option(help="Folder for the manifest and deploy-record.json (default deploy/NAME-TARGET)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the deploy record as JSON on stdout")] = False,
+    engine: Annotated[str, typer.Option(help="Container engine that pushes local images: auto, docker or podman")] = "auto",
+    ephemeral_storage: Annotated[Optional[int], typer.Option(help="lambda: /tmp size in MB (512 to 10240)")] = None,
+    arch: Annotated[Optional[str], typer.Option(help="lambda: x86_64 (default) or arm64")] = None,
+    auth: Annotated[Optional[str], typer.Option(help="lambda: Function URL auth, iam (AWS_IAM, default) or none (public)")] = None,
+    provisioned_concurrency: Annotated[
+        Optional[int], typer.Option(help="lambda: environments kept initialised on alias 'live' (0 removes)")
+    ] = None,
+    role: Annotated[Optional[str], typer.Option(help="lambda: an existing execution role ARN instead of a toolkit-made one")] = None,
+    ecr_repository: Annotated[Optional[str], typer.Option(help="lambda: ECR repository (default: the function name)")] = None,
+    smoke_test: Annotated[
+        Optional[bool],
+        typer.Option("--smoke-test/--no-smoke-test", help="lambda: invoke the new version (GET /v2/health/ready) before moving 'live' (default on)"),
+    ] = None,
+    project: Annotated[Optional[str], typer.Option(help="cloudrun: Google Cloud project (default: from the credentials)")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="cloudrun/knative: auto (default), none, or nvidia-l4")] = None,
+    cpu: Annotated[Optional[str], typer.Option(help="cloudrun/knative: vCPUs per instance")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(help="cloudrun/knative: requests per instance (default: max_batch_size x instances)")] = None,
+    min_instances: Annotated[Optional[int], typer.Option(help="cloudrun/knative: instances kept warm")] = None,
+    max_instances: Annotated[Optional[int], typer.Option(help="cloudrun/knative: scale-out limit")] = None,
+    startup_budget: Annotated[Optional[int], typer.Option(help="cloudrun/knative: seconds allowed for load + warmup")] = None,
+    cpu_throttling: Annotated[
+        Optional[bool], typer.Option("--cpu-throttling/--no-cpu-throttling", help="cloudrun/knative: CPU only during requests (not with a GPU)")
+    ] = None,
+    startup_cpu_boost: Annotated[Optional[bool], typer.Option("--startup-cpu-boost/--no-startup-cpu-boost", help="cloudrun: more CPU while starting (default on)")] = None,
+    gpu_zonal_redundancy: Annotated[
+        Optional[bool], typer.Option("--gpu-zonal-redundancy/--no-gpu-zonal-redundancy", help="cloudrun: GPU zonal redundancy (default on)")
+    ] = None,
+    allow_unauthenticated: Annotated[
+        Optional[bool], typer.Option("--allow-unauthenticated", help="cloudrun: make the service public (allUsers: roles/run.invoker)")
+    ] = None,
+    service_account: Annotated[Optional[str], typer.Option(help="cloudrun/knative: the service's identity")] = None,
+    ar_repository: Annotated[Optional[str], typer.Option(help="cloudrun: Artifact Registry repository (default toolkit)")] = None,
+    api_endpoint: Annotated[Optional[str], typer.Option(hidden=True, help="cloudrun: one base URL for Google's APIs")] = None,
+    namespace: Annotated[Optional[str], typer.Option(help="knative: Kubernetes namespace")] = None,
+    context: Annotated[Optional[str], typer.Option(help="knative: kube context")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream the engine's push output")] = False,
+) -> None:
+    """Deploy a repository (or an image of it) to AWS Lambda, Cloud Run or Knative."""
+    from .deploy.command import DeployRequest, run_deploy
+    from .deploy.errors import DeployError, DeployOptionError, ManualSteps
+
+    request = DeployRequest(
+        target=target, repository=repo, name=name, image=image, models=model, region=region, memory=memory, timeout=timeout,
+        env=env or [], dry_run=dry_run, output=output, engine=engine, ephemeral_storage=ephemeral_storage, arch=arch,
+        auth=auth, provisioned_concurrency=provisioned_concurrency, role=role, ecr_repository=ecr_repository,
+        smoke_test=smoke_test, gpu=gpu, cpu=cpu, concurrency=concurrency, min_instances=min_instances,
+        max_instances=max_instances, startup_budget=startup_budget, cpu_throttling=cpu_throttling,
+        startup_cpu_boost=startup_cpu_boost, gpu_zonal_redundancy=gpu_zonal_redundancy, service_account=service_account,
+        project=project, ar_repository=ar_repository, api_endpoint=api_endpoint, allow_unauthenticated=allow_unauthenticated,
+        namespace=namespace, context=context,
+    )
+    try:
+        outcome = run_deploy(request, _RichDeployUI(quiet))
+    except DeployOptionError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except ManualSteps as exc:
+        err_console.print(f"[yellow]not deployed:[/yellow] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.manifest:
+            err_console.print(f"manifest: {exc.manifest}", highlight=False)
+        for command in exc.commands:
+            console.print(f"  {command}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    except DeployError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.detail:
+            err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    record = outcome.record
+    path = record.write(outcome.output_dir / "deploy-record.json")
+    if as_json:
+        sys.stdout.write(record.to_json())
+        return
+    if record.dry_run:
+        console.print(_pairs_table(f"{target} deployment plan (dry run: nothing was changed)", outcome.plan))
+    else:
+        console.print(_pairs_table(f"deployed to {target}", record.rows()))
+    if record.manifest:
+        err_console.print(f"manifest: {record.manifest}", highlight=False)
+    err_console.print(f"record: {path}", highlight=False)
+
+
+@app.command()
+def invoke(
+    url: Annotated[str, typer.Argument(help="Base URL of the deployment (Function URL, Cloud Run URL, any v2 server)")],
+    model_name: Annotated[str, typer.Option("--model", "-m", help="Model name")],
+    inputs: Annotated[
+        Optional[list[str]], typer.Option("--input", "-i", help="NAME=FILE: .npy, .json (list or v2 tensor), or raw bytes (repeatable)")
+    ] = None,
+    binary: Annotated[bool, typer.Option("--binary", help="Send and receive tensors with the binary data extension")] = False,
+    output_format: Annotated[str, typer.Option("--output", help="json (print the response) or npy (one file per output)")] = "json",
+    output_dir: Annotated[Optional[Path], typer.Option(help="Folder for npy outputs (and response.json)")] = None,
+    requested: Annotated[Optional[list[str]], typer.Option("--requested-output", help="Only these outputs (repeatable)")] = None,
+    model_version: Annotated[Optional[str], typer.Option(help="Model version (default: the server's choice)")] = None,
+    request_id: Annotated[Optional[str], typer.Option("--id", help="Request id echoed in the response")] = None,
+    auth: Annotated[str, typer.Option(help="auto (from the URL), iam (SigV4), google (ID token) or none")] = "auto",
+    region: Annotated[Optional[str], typer.Option(help="SigV4 region when the URL does not tell")] = None,
+    audience: Annotated[Optional[str], typer.Option(help="ID token audience (default: the URL's origin)")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer")] = 300.0,
+) -> None:
+    """Run one v2 inference against a deployment, signing the request for private endpoints."""
+    from .deploy.client_codec import response_json, save_npy
+    from .deploy.errors import DeployError, DeployOptionError
+    from .deploy.invoke import Endpoint, invoke as run_invoke, parse_input_specs
+    from .deploy.signing import signer_for
+
+    if output_format not in ("json", "npy"):
+        err_console.print("[red]error:[/red] --output: choose json or npy", highlight=False)
+        raise typer.Exit(2)
+    if output_format == "npy" and output_dir is None:
+        err_console.print("[red]error:[/red] --output npy needs --output-dir DIR", highlight=False)
+        raise typer.Exit(2)
+    try:
+        endpoint = Endpoint(url, signer_for(url, auth, region=region, audience=audience), timeout)
+        result = run_invoke(
+            endpoint, model_name, parse_input_specs(inputs or []), version=model_version, outputs=requested,
+            binary=binary, request_id=request_id,
+        )
+    except DeployOptionError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except DeployError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.detail:
+            err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    document = response_json(result)
+    if output_dir is not None:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "response.json").write_text(json.dumps(document, indent=2) + "\n")
+    if output_format == "npy":
+        for path in save_npy(result, output_dir):  # type: ignore[arg-type]
+            err_console.print(f"wrote {path}", highlight=False)
+        return
+    sys.stdout.write(json.dumps(document, indent=2) + "\n")
+
+
+@app.command()
+def proxy(
+    url: Annotated[str, typer.Argument(help="Base URL of the private deployment")],
+    port: Annotated[int, typer.Option(help="Local port")] = 8000,
+    host: Annotated[str, typer.Option(help="Local address (keep 127.0.0.1: the proxy signs with your credentials)")] = "127.0.0.1",
+    auth: Annotated[str, typer.Option(help="auto (from the URL), iam (SigV4), google (ID token) or none")] = "auto",
+    region: Annotated[Optional[str], typer.Option(help="SigV4 region when the URL does not tell")] = None,
+    audience: Annotated[Optional[str], typer.Option(help="ID token audience (default: the URL's origin)")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the upstream's answer")] = 300.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request")] = False,
+) -> None:
+    """Serve a local plain-HTTP endpoint that signs and forwards to a private deployment, so unmodified
+    tritonclient scripts and perf_analyzer can drive it."""
+    import signal
+
+    from .deploy.errors import DeployError, DeployOptionError
+    from .deploy.proxy import SigningProxy
+    from .deploy.signing import signer_for
+
+    try:
+        signer = signer_for(url, auth, region=region, audience=audience)
+        server = SigningProxy(url, signer, host, port, timeout, log=(lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None)
+    except DeployOptionError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except DeployError as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        err_console.print(
+            f"[yellow]warning:[/yellow] listening on {host}: anyone who reaches this port calls {url} with your credentials",
+            highlight=False,
+        )
+
+    def _stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    err_console.print(
+        f"proxying {server.url} -> {server.upstream} ({signer.description}); Ctrl-C stops", highlight=False, soft_wrap=True
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
 
 
 def main() -> None:

@@ -1,19 +1,27 @@
 """Repository -> compiled, validated model configurations (the runtime's only input).
 
 The steps follow the order in which tritonserver reads and loads a model, so the first problem
-reported is the one Triton would report:
+reported is the one tritonserver would report (tests/oracle compares both):
 
-1. parse config.pbtxt (or start empty: auto-complete, Triton's default)
-2. AutoCompleteBackendFields, NormalizeModelConfig, ValidateModelConfig (+ IO checks when
-   auto-complete is disabled), directory name == model name
-3. version policy -> versions; the product's own support checks
-4. backend auto-complete (ONNX signature), normalise again, instance groups for the target
-   device, IO checks, config vs model file, label files, warmup samples
-5. ensembles: composing models present and selected (they are added in explicit mode)
+config stage (tritonserver's repository poll; a failure lists the model as INVALID)
+  1. read config.pbtxt (or start empty: auto-complete, Triton's default)
+  2. AutoCompleteBackendFields, NormalizeModelConfig, ValidateModelConfig (and ValidateModelIOConfig
+     when auto-complete is disabled), directory name == model name
+ensemble dependencies (the repository manager's dependency graph): composing models present,
+  no cycles, composing models loaded in the required versions, ValidateEnsembleConfig
+load stage (a failure makes the model UNAVAILABLE)
+  3. version policy -> versions
+  4. NormalizeInstanceGroup / ValidateInstanceGroup for the *target* device
+  5. the backend's model init: ONNX or python auto-complete (auto-complete enabled)
+  6. Model::Init: ValidateModelIOConfig, label files
+  7. instances: the model file of each version, the onnxruntime backend's config-vs-model checks
+  8. warmup samples
+  9. the product's own support checks (support.py): Triton's checks come first
 """
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +31,21 @@ from google.protobuf.message import Message
 
 from .. import __version__
 from . import onnx_autocomplete
-from .backend_fields import ENSEMBLE_PLATFORM, ONNXRUNTIME_BACKEND, autocomplete_backend_fields
+from .backend_fields import ENSEMBLE_PLATFORM, ONNXRUNTIME_BACKEND, PYTHON_BACKEND, autocomplete_backend_fields
 from .discover import ModelDirectory, find_model_file, list_models, missing_specific_versions, select_versions
-from .ensemble import validate_ensembles
-from .errors import ModelError, RepositoryError
+from .ensemble import resolve_ensembles
+from .errors import (
+    CODE_INTERNAL,
+    STAGE_CONFIG,
+    STAGE_ENSEMBLE,
+    STAGE_LOAD,
+    ConfigParseError,
+    ModelError,
+    RepositoryError,
+)
 from .model_config import ModelConfig, read_config_file, to_triton_json
 from .normalize import Device, NormalizeReport, normalize_instance_groups, normalize_model_config
-from .support import check_supported
+from .support import SUPPORTED_BACKENDS, check_supported
 from .validate import validate_instance_groups, validate_model_config, validate_model_io_config
 from .warmup import validate_warmup
 
@@ -88,31 +104,7 @@ class CompiledRepository:
         return path
 
 
-def _read_config(model: ModelDirectory, auto_complete: bool) -> Message:
-    if model.has_config:
-        return read_config_file(model.config_path)
-    if not auto_complete:
-        raise ModelError(
-            f"failed to load model configuration: {model.config_path} does not exist "
-            "(auto-complete is disabled)",
-            model=model.name,
-            file=str(model.config_path),
-        )
-    return ModelConfig()
-
-
-def compile_model(model: ModelDirectory, device: Device, auto_complete: bool = True) -> CompiledModel:
-    """Compile one model directory, raising `ModelError` at the first problem."""
-    try:
-        return _compile_model(model, device, auto_complete)
-    except ModelError as exc:
-        if exc.model is None:
-            exc.model = model.name
-        if exc.file is None and model.has_config:
-            exc.file = str(model.config_path)
-        if exc.line is None and exc.hint and exc.file == str(model.config_path):
-            exc.line = _line_of(model.config_path, exc.hint)
-        raise
+# --- errors: position and stage -------------------------------------------------------------------
 
 
 def _line_of(path: Path, token: str) -> int | None:
@@ -127,66 +119,251 @@ def _line_of(path: Path, token: str) -> int | None:
     return None
 
 
-def _compile_model(model: ModelDirectory, device: Device, auto_complete: bool) -> CompiledModel:
-    config = _read_config(model, auto_complete)
+def locate(exc: ModelError, model: ModelDirectory, stage: str) -> ModelError:
+    """Fill in the model, stage, file and line of an error raised while compiling `model`."""
+    if exc.model is None:
+        exc.model = model.name
+    if exc.stage is None:
+        exc.stage = stage
+    if exc.file is None and model.has_config:
+        exc.file = str(model.config_path)
+    if exc.line is None and exc.hint and exc.file == str(model.config_path):
+        for token in exc.hint if isinstance(exc.hint, tuple) else (exc.hint,):
+            exc.line = _line_of(model.config_path, token)
+            if exc.line is not None:
+                break
+    return exc
 
-    autocomplete_backend_fields(model.name, model.path, config)
-    normalize_model_config(config)
-    validate_model_config(config)
+
+# --- config stage ---------------------------------------------------------------------------------
+
+
+def _read_config(model: ModelDirectory, auto_complete: bool) -> Message:
+    absolute = model.config_path.absolute()
+    if model.has_config:
+        try:
+            return read_config_file(model.config_path)
+        except ConfigParseError as exc:
+            # tritonserver says only this (the protobuf parser's explanation goes to its log).
+            raise ModelError(
+                f"failed to read text proto from {absolute}",
+                file=exc.file,
+                line=exc.line,
+                column=exc.column,
+                detail=exc.message,
+            ) from None
     if not auto_complete:
-        validate_model_io_config(config)
-    if config.name != model.name:
+        reason = "Is a directory" if model.config_path.is_dir() else "No such file or directory"
         raise ModelError(
-            f"unexpected directory name '{model.name}' for model '{config.name}', directory name must "
-            "equal model name",
-            model=model.name,
+            f"failed to open text file for read {absolute}: {reason}",
+            file=str(model.config_path),
+            detail="with --disable-auto-complete-config every model needs a config.pbtxt",
         )
+    return ModelConfig()
 
-    policy = to_triton_json(config)["version_policy"]
-    available = model.version_numbers()
-    versions = select_versions(model.name, available, policy)
-    warnings = [
-        f"version {v} is specified for model '{model.name}', but the version directory is not present"
-        for v in missing_specific_versions(available, policy)
-    ]
 
-    check_supported(config)
+def read_model_config(model: ModelDirectory, auto_complete: bool = True) -> Message:
+    """The config stage: what tritonserver does with a model when it polls the repository."""
+    try:
+        config = _read_config(model, auto_complete)
+        autocomplete_backend_fields(model.name, model.path, config)
+        normalize_model_config(config)
+        validate_model_config(config)
+        if not auto_complete:
+            validate_model_io_config(config)
+        if config.name != model.name:
+            raise ModelError(
+                f"unexpected directory name '{model.name}' for model '{config.name}', directory name must "
+                "equal model name",
+                hint="name",
+            )
+    except ModelError as exc:
+        raise locate(exc, model, STAGE_CONFIG) from None
+    return config
 
-    is_ensemble = config.platform == ENSEMBLE_PLATFORM
-    model_files: dict[int, str] = {}
-    if not is_ensemble:
-        for v in versions:
-            path = find_model_file(model, v, config.default_model_filename)
-            model_files[v] = path.relative_to(model.path).as_posix()
 
-    signatures = {}
-    if config.backend == ONNXRUNTIME_BACKEND:
-        signatures = {v: onnx_autocomplete.read_signature(model.path / f, model.name) for v, f in model_files.items()}
-        if auto_complete:
-            # Triton auto-completes per loaded version; they share one config, so the newest wins.
-            inputs, outputs = signatures[max(signatures)]
-            onnx_autocomplete.autocomplete(config, inputs, outputs)
-            normalize_model_config(config)
+# --- load stage -----------------------------------------------------------------------------------
+
+
+def load_versions(model: ModelDirectory, config: Message, warnings: list[str]) -> list[int]:
+    """VersionsToLoad: the versions the policy selects, with tritonserver's log lines as warnings."""
+    try:
+        scan = model.scan_versions()
+        warnings.extend(scan.warnings)
+        available = sorted(scan.versions)
+        policy = to_triton_json(config)["version_policy"]
+        warnings.extend(
+            f"version {v} is specified for model '{model.name}', but the version directory is not present"
+            for v in missing_specific_versions(available, policy)
+        )
+        return select_versions(model.name, available, policy)
+    except ModelError as exc:
+        raise locate(exc, model, STAGE_LOAD) from None
+
+
+def _defines_auto_complete_config(model_py: Path) -> bool | None:
+    """Whether model.py's TritonPythonModel defines `auto_complete_config` (the file is read,
+    never run); None when that cannot be told from the source (it does not parse, the class is
+    not a plain class statement...)."""
+    try:
+        tree = ast.parse(model_py.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return None
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "TritonPythonModel"]
+    if len(classes) != 1 or classes[0].bases:
+        return None
+    return any(
+        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == "auto_complete_config"
+        for item in classes[0].body
+    )
+
+
+def _check_python_source(model: ModelDirectory, model_files: dict[int, str]) -> None:
+    """What tritonserver's python stub hits when it imports model.py, found without running it:
+    a syntax error, or no `TritonPythonModel` at module level. The messages are the stub's
+    (module `<version>.model`), with the file and line."""
+    for version, relative in sorted(model_files.items()):
+        path = model.path / relative
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source, filename=path.name)
+        except SyntaxError as exc:
+            raise ModelError(
+                f"SyntaxError: {exc.msg} ({path.name}, line {exc.lineno})",
+                file=str(path), line=exc.lineno, column=exc.offset,
+                detail=f"model.py of version {version} cannot be imported",
+            ) from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ModelError(f"failed to read {path}: {exc}", file=str(path)) from None
+        names: set[str] = set()
+        star_import = False
+        for node in tree.body:
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    star_import |= alias.name == "*"
+                    names.add(alias.asname or alias.name.split(".")[0])
+            elif isinstance(node, (ast.If, ast.Try, ast.With)):
+                star_import = True  # definitions under a condition: cannot tell without running it
+        if "TritonPythonModel" not in names and not star_import:
+            raise ModelError(
+                f"AttributeError: module '{version}.model' has no attribute 'TritonPythonModel'",
+                file=str(path),
+                detail="model.py must define class TritonPythonModel",
+            )
+
+
+def _python_auto_complete(model: ModelDirectory, config: Message, versions: list[int]) -> None:
+    """The python backend's auto-complete: model.py's `auto_complete_config` (python_autocomplete.py
+    runs it in a process of its own). Without one, tritonserver keeps the config as it is, so a
+    model.py that plainly has none is not started."""
+    version_dir = model.version_path(max(versions))
+    model_py = version_dir / (config.default_model_filename or "model.py")
+    if not model_py.is_file() or _defines_auto_complete_config(model_py) is not True:
+        # A missing model.py is reported with the model files; one that does not parse or has
+        # no plain TritonPythonModel class fails when its instances load (the stub's error):
+        # user code runs at build time only when auto_complete_config needs it.
+        return
+    from . import python_autocomplete
+
+    python_autocomplete.autocomplete(config, model.path, version_dir, model_file=model_py)
+
+
+def load_model(
+    model: ModelDirectory,
+    config: Message,
+    device: Device,
+    auto_complete: bool = True,
+    versions: list[int] | None = None,
+    warnings: list[str] | None = None,
+) -> CompiledModel:
+    """The load stage: what tritonserver checks while it loads a model whose config it accepted."""
+    warnings = [] if warnings is None else warnings
+    try:
+        if versions is None:
+            versions = load_versions(model, config, warnings)
+        if config.platform == ENSEMBLE_PLATFORM:
+            return CompiledModel(model.name, model.path, to_triton_json(config), versions, {}, warnings)
+        try:
+            return _load_backend_model(model, config, device, auto_complete, versions, warnings)
+        except ModelError as exc:
+            if exc.versions is None:
+                exc.versions = list(versions)
+            raise
+    except ModelError as exc:
+        raise locate(exc, model, STAGE_LOAD) from None
+
+
+def _load_backend_model(
+    model: ModelDirectory,
+    config: Message,
+    device: Device,
+    auto_complete: bool,
+    versions: list[int],
+    warnings: list[str],
+) -> CompiledModel:
+    backend = config.backend
+    servable = backend in SUPPORTED_BACKENDS
 
     report = NormalizeReport()
     normalize_instance_groups(config, device, report)
     warnings.extend(report.warnings)
     validate_instance_groups(config, set(device.gpus))
-    validate_model_io_config(config)
-    for inputs, outputs in signatures.values():
-        onnx_autocomplete.validate_against_model(config, inputs, outputs)
 
+    model_files: dict[int, str] = {}
+
+    def find_files() -> None:
+        for v in versions:
+            path = find_model_file(model, v, config.default_model_filename, backend)
+            model_files[v] = path.relative_to(model.path).as_posix()
+
+    signatures: dict[int, Any] = {}
+
+    def read_signatures() -> None:
+        for v, f in model_files.items():
+            signatures[v] = onnx_autocomplete.read_signature(model.path / f, model.name)
+
+    if backend == ONNXRUNTIME_BACKEND and auto_complete:
+        # The backend's model init reads the model and auto-completes the config.
+        find_files()
+        read_signatures()
+        # Triton auto-completes per loaded version; they share one config, so the newest wins.
+        inputs, outputs = signatures[max(signatures)]
+        onnx_autocomplete.autocomplete(config, inputs, outputs)
+        normalize_model_config(config)
+    elif backend == PYTHON_BACKEND:
+        find_files()
+        _check_python_source(model, model_files)
+        if auto_complete:
+            _python_auto_complete(model, config, versions)
+
+    validate_model_io_config(config)
     for output in config.output:
         if output.label_filename:
-            label_path = model.path / output.label_filename
+            label_path = model.path.absolute() / output.label_filename
             if not label_path.is_file():
                 raise ModelError(
-                    f"label file '{output.label_filename}' of output '{output.name}' of model "
-                    f"'{model.name}' not found (expected {label_path})",
-                    model=model.name,
+                    f"failed to open text file for read {label_path}: No such file or directory",
+                    hint=f'"{output.label_filename}"',
+                    code=CODE_INTERNAL,
+                    detail=f"label_filename of output '{output.name}' is relative to the model directory",
                 )
 
-    validate_warmup(config, model.path)
+    if servable and not model_files:
+        find_files()  # the instances load the model file
+    if backend == ONNXRUNTIME_BACKEND:
+        if not signatures:
+            read_signatures()
+        for inputs, outputs in signatures.values():
+            onnx_autocomplete.validate_against_model(config, inputs, outputs)
+
+    validate_warmup(config, model.path, warnings)
+    _warn_duplicate_tensors(config, warnings)
+    check_supported(config)
 
     return CompiledModel(
         name=model.name,
@@ -198,6 +375,28 @@ def _compile_model(model: ModelDirectory, device: Device, auto_complete: bool) -
     )
 
 
+def _warn_duplicate_tensors(config: Message, warnings: list[str]) -> None:
+    """tritonserver accepts two inputs (or outputs) with the same name; requests see the first."""
+    for kind, ios in (("input", config.input), ("output", config.output)):
+        seen: set[str] = set()
+        for io in ios:
+            if io.name in seen:
+                warnings.append(
+                    f"model '{config.name}' declares {kind} '{io.name}' more than once: tritonserver accepts "
+                    "it and checks requests against the first declaration; so does this runtime"
+                )
+            seen.add(io.name)
+
+
+def compile_model(model: ModelDirectory, device: Device, auto_complete: bool = True) -> CompiledModel:
+    """Compile one (non-ensemble) model directory, raising `ModelError` at the first problem."""
+    config = read_model_config(model, auto_complete)
+    return load_model(model, config, device, auto_complete)
+
+
+# --- repository -----------------------------------------------------------------------------------
+
+
 def compile_repository(
     root: Path | str,
     models: Iterable[str] | None = None,
@@ -205,7 +404,7 @@ def compile_repository(
     auto_complete: bool = True,
 ) -> CompiledRepository:
     """Compile a repository. `models` mirrors tritonserver's `--load-model` (explicit mode):
-    only those models, plus the composing models of selected ensembles."""
+    only those models, plus the composing models of selected ensembles (nested ones too)."""
     root = Path(root)
     if isinstance(device, str):
         device = Device.parse(device)
@@ -226,6 +425,8 @@ def compile_repository(
                 + (f" (available: {', '.join(directories)})" if directories else " (the repository has no models)")
             )
 
+    # Config stage for every selected model; ensembles pull in their composing models.
+    configs: dict[str, Message] = {}
     pending = list(wanted)
     seen: set[str] = set()
     while pending:
@@ -235,16 +436,36 @@ def compile_repository(
         seen.add(name)
         result.selected.append(name)
         try:
-            compiled = compile_model(directories[name], device, auto_complete)
+            config = read_model_config(directories[name], auto_complete)
         except ModelError as exc:
             result.failures[name] = exc
             continue
-        result.models[name] = compiled
-        if compiled.config.get("platform") == ENSEMBLE_PLATFORM:
-            for step in compiled.config.get("ensemble_scheduling", {}).get("step", []):
-                dependency = step.get("model_name")
-                if dependency in directories and dependency not in seen:
-                    pending.append(dependency)
+        configs[name] = config
+        if config.platform == ENSEMBLE_PLATFORM:
+            for step in config.ensemble_scheduling.step:
+                if step.model_name in directories and step.model_name not in seen:
+                    pending.append(step.model_name)
 
-    validate_ensembles(result, directories)
+    # Load stage of the other models.
+    for name in result.selected:
+        config = configs.get(name)
+        if config is None or config.platform == ENSEMBLE_PLATFORM:
+            continue
+        try:
+            result.models[name] = load_model(directories[name], config, device, auto_complete)
+        except ModelError as exc:
+            result.failures[name] = exc
+
+    # Ensembles: dependency graph, composing models, then their own load.
+    resolve_ensembles(
+        result,
+        {n: c for n, c in configs.items() if c.platform == ENSEMBLE_PLATFORM},
+        set(configs),
+        lambda name, warnings: load_model(
+            directories[name], configs[name], device, auto_complete, warnings=warnings
+        ),
+    )
+    for name, error in result.failures.items():
+        if error.stage == STAGE_ENSEMBLE:
+            locate(error, directories[name], STAGE_ENSEMBLE)
     return result

@@ -1,18 +1,31 @@
-"""Cross-model ensemble checks: composing models present, loaded in the required versions, and
-their tensors consistent with the ensemble's data flow (Triton's model repository manager
-dependency checks and ensemble_utils' ValidateEnsembleConfig).
+"""Ensembles across models, as tritonserver's model repository manager resolves them.
+
+1. ConnectDependencyGraph: every step names a model whose config was accepted, else
+   "ensemble E contains models that are not available or ambiguous: M" (the first missing one);
+2. CircularDependencyCheck: "circular dependency between ensembles: A -> ... -> B -> A", set on
+   the nodes of the chain the way Triton sets it;
+3. once its composing models are loaded (CheckNode): each composing model is valid, has a loaded
+   version, and the versions steps require are loaded;
+4. ValidateEnsembleConfig (ensemble_utils.cc): max_batch_size, input and output maps, data types
+   and shapes consistent along the data flow; it also sets the ensemble's
+   `model_transaction_policy { decoupled }`, which then shows in its config;
+5. then the ensemble itself loads (its version directories).
+
+Nested ensembles are resolved after the ensembles they use, as Triton does. Messages are
+tritonserver 2.51's (tests/oracle).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from .backend_fields import ENSEMBLE_PLATFORM
-from .errors import ModelError
+from google.protobuf.message import Message
+
+from .errors import STAGE_ENSEMBLE, ModelError, UnsupportedModelError
+from .model_config import to_triton_json
 
 if TYPE_CHECKING:
-    from .compile import CompiledRepository
-    from .discover import ModelDirectory
+    from .compile import CompiledModel, CompiledRepository
 
 
 def _shape(dims) -> str:
@@ -20,6 +33,8 @@ def _shape(dims) -> str:
 
 
 class _Tensor:
+    """TensorNode: a tensor's type and shape and the model it was inferred from."""
+
     def __init__(self, model: str, batching: bool, data_type: str, dims: list[int]):
         self.model = model
         self.data_type = data_type
@@ -28,19 +43,23 @@ class _Tensor:
 
 
 def _dims_match(a: list[int], b: list[int]) -> bool:
+    """CompareDimsWithWildcard."""
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
 
 
-def _consistent(lhs: _Tensor, rhs: _Tensor, prefix: str) -> None:
+def _consistent(lhs: _Tensor, rhs: _Tensor, prefix: str, tensor: str) -> None:
+    """ValidateTensorConsistency."""
     if lhs.data_type != rhs.data_type:
         raise ModelError(
             f"{prefix}inconsistent data type: {lhs.data_type} is inferred from model {lhs.model} while "
-            f"{rhs.data_type} is inferred from model {rhs.model}"
+            f"{rhs.data_type} is inferred from model {rhs.model}",
+            hint=tensor,
         )
     if not _dims_match(lhs.dims, rhs.dims) and not _dims_match(lhs.full_dims, rhs.full_dims):
         raise ModelError(
             f"{prefix}inconsistent shape: {_shape(lhs.full_dims)} is inferred from model {lhs.model} while "
-            f"{_shape(rhs.full_dims)} is inferred from model {rhs.model}"
+            f"{_shape(rhs.full_dims)} is inferred from model {rhs.model}",
+            hint=tensor,
         )
 
 
@@ -51,92 +70,211 @@ def _io_dims(io: dict[str, Any]) -> list[int]:
 
 
 def validate_ensemble_config(ensemble: dict[str, Any], composing: dict[str, dict[str, Any]]) -> None:
+    """ValidateEnsembleConfig over completed (Triton JSON) configs."""
     name = ensemble["name"]
-    batching = ensemble.get("max_batch_size", 0) > 0
+    ensemble_mbs = ensemble.get("max_batch_size", 0)
+    batching = ensemble_mbs > 0
     tensors: dict[str, _Tensor] = {}
     for io in ensemble.get("input", []):
-        tensors[io["name"]] = _Tensor(name, batching, io["data_type"], _io_dims(io))
+        tensors.setdefault(io["name"], _Tensor(name, batching, io["data_type"], _io_dims(io)))
     for io in ensemble.get("output", []):
-        tensors[io["name"]] = _Tensor(name, batching, io["data_type"], _io_dims(io))
+        tensors.setdefault(io["name"], _Tensor(name, batching, io["data_type"], _io_dims(io)))
 
     for step in ensemble["ensemble_scheduling"]["step"]:
         model = step["model_name"]
         cfg = composing[model]
         mbs = cfg.get("max_batch_size", 0)
-        if mbs != 0 and mbs < ensemble.get("max_batch_size", 0):
+        if mbs != 0 and mbs < ensemble_mbs:
             raise ModelError(
-                f"ensemble {name} allows maximum batch size {ensemble['max_batch_size']}, but it contains "
-                f"model {model} which only allows maximum batch size to be {mbs}"
+                f"ensemble {name} allows maximum batch size {ensemble_mbs}, but it contains model {model} which "
+                f"only allows maximum batch size to be {mbs}",
+                hint=model,
             )
         step_batching = mbs > 0
-        input_map = step.get("input_map", {})
-        output_map = step.get("output_map", {})
-        inputs = {io["name"]: io for io in cfg.get("input", [])}
+        input_map: dict[str, str] = step.get("input_map", {})
+        output_map: dict[str, str] = step.get("output_map", {})
+
+        input_names = {io["name"] for io in cfg.get("input", [])}
         for model_input, tensor in input_map.items():
-            if model_input not in inputs:
+            if model_input not in input_names:
                 raise ModelError(
-                    f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input "
-                    f"{model_input} in model {model}"
+                    f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input {model_input} "
+                    f"in model {model}",
+                    hint=model_input,
                 )
         for io in cfg.get("input", []):
             if io["name"] in input_map:
                 tensor = input_map[io["name"]]
                 node = _Tensor(model, step_batching, io["data_type"], list(io.get("dims", [])))
                 if tensor in tensors:
-                    _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
+                    _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ", tensor)
                 else:
                     tensors[tensor] = node
             elif not io.get("optional", False):
                 raise ModelError(
-                    f"in ensemble {name}, input {io['name']} in model {model} is not mapped to any ensemble tensors"
+                    f"in ensemble {name}, input {io['name']} in model {model} is not mapped to any ensemble tensors",
+                    hint=model,
                 )
+
         outputs = {io["name"]: io for io in cfg.get("output", [])}
         for model_output, tensor in output_map.items():
             if model_output not in outputs:
                 raise ModelError(
                     f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output "
-                    f"{model_output} in model {model}"
+                    f"{model_output} in model {model}",
+                    hint=model_output,
                 )
+        for model_output, tensor in output_map.items():
             io = outputs[model_output]
             node = _Tensor(model, step_batching, io["data_type"], list(io.get("dims", [])))
             if tensor in tensors:
-                _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ")
+                _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ", tensor)
             else:
                 tensors[tensor] = node
 
 
-def validate_ensembles(result: "CompiledRepository", directories: dict[str, "ModelDirectory"]) -> None:
-    """Check every compiled ensemble against its composing models; failures move the ensemble
-    from `result.models` to `result.failures`. Nested ensembles are checked after their parts."""
-    changed = True
-    while changed:
-        changed = False
-        for name in sorted(result.models):
-            compiled = result.models[name]
-            config = compiled.config
-            if config.get("platform") != ENSEMBLE_PLATFORM:
+def _load_failure_message(error: ModelError) -> str:
+    """How tritonserver reports a model's failed load to the ensembles that depend on it."""
+    if error.versions:
+        return "".join(f"version {v} is at UNAVAILABLE state: {error.code}: {error.message};" for v in error.versions)
+    return error.message
+
+
+def _fail(name: str, message: str, cls: type[ModelError] = ModelError, about: str | None = None) -> ModelError:
+    """An ensemble's error; `about` is the composing model (or tensor) the config line shows."""
+    hint = f'"{about}"' if about else "ensemble_scheduling"
+    return cls(message, model=name, stage=STAGE_ENSEMBLE, hint=hint)
+
+
+def resolve_ensembles(
+    result: "CompiledRepository",
+    ensembles: dict[str, Message],
+    accepted: set[str],
+    load: Callable[[str, list[str]], "CompiledModel"],
+) -> None:
+    """Resolve the ensembles whose config was accepted (`ensembles`), given the models whose
+    config was accepted (`accepted`) and the load results of the others in `result`; `load`
+    loads an ensemble itself (its versions). Outcomes go to `result.models` / `result.failures`."""
+    steps: dict[str, list[tuple[str, int]]] = {
+        name: [(s.model_name, int(s.model_version)) for s in config.ensemble_scheduling.step]
+        for name, config in ensembles.items()
+    }
+    status: dict[str, ModelError | None] = {name: None for name in ensembles}
+
+    def upstreams(name: str) -> list[str]:
+        return list(dict.fromkeys(m for m, _ in steps.get(name, []) if m in accepted))
+
+    # ConnectDependencyGraph: the status names the first step model that is not available.
+    for name in sorted(ensembles):
+        for model, _ in steps[name]:
+            if model not in accepted:
+                status[name] = _fail(
+                    name, f"ensemble {name} contains models that are not available or ambiguous: {model}", about=model
+                )
+                break
+
+    # CircularDependencyCheck, including the way Triton propagates the status along the chain.
+    def circular(current: str, start: str, path: set[str]) -> ModelError | None:
+        for up in upstreams(current):
+            if up == start:
+                return _fail(
+                    start, f"circular dependency between ensembles: {start} -> ... -> {current} -> {start}", about=up
+                )
+            if up in path:
+                continue  # a cycle that does not return to `start` (tritonserver recurses forever)
+            error = circular(up, start, path | {up})
+            if error is not None:
+                if current in status:
+                    status[current] = _fail(current, error.message)
+                return error
+        return None
+
+    for name in sorted(ensembles):
+        if status[name] is None:
+            error = circular(name, name, {name})
+            if error is not None:
+                status[name] = error
+
+    # CheckNode in dependency order, then ValidateEnsembleConfig and the ensemble's own load.
+    checked = {n for n in accepted if n not in ensembles}
+    remaining = sorted(ensembles)
+    while remaining:
+        progressed = False
+        for name in list(remaining):
+            error = status[name]
+            if error is None and not all(up in checked for up in upstreams(name)):
                 continue
+            remaining.remove(name)
+            checked.add(name)
+            progressed = True
+            if error is None:
+                error = _check_upstreams(name, steps[name], status, result)
+            if error is None:
+                try:
+                    validate_ensemble_config(
+                        to_triton_json(ensembles[name]),
+                        {m: result.models[m].config for m, _ in steps[name]},
+                    )
+                except ModelError as exc:
+                    error = _fail(name, exc.message, about=exc.hint)
+            if error is not None:
+                status[name] = error
+                result.failures[name] = error
+                continue
+            # ValidateEnsembleConfig marks the ensemble decoupled when a step of its data flow is.
+            policy = ensembles[name].model_transaction_policy
+            policy.SetInParent()
+            policy.decoupled = any(
+                result.models[m].config.get("model_transaction_policy", {}).get("decoupled", False)
+                for m, _ in steps[name]
+            )
             try:
-                composing: dict[str, dict[str, Any]] = {}
-                for step in config["ensemble_scheduling"]["step"]:
-                    dep = step["model_name"]
-                    if dep not in directories:
-                        raise ModelError(f"ensemble '{name}' depends on '{dep}' which is not found")
-                    if dep in result.failures:
-                        raise ModelError(
-                            f"ensemble '{name}' depends on '{dep}' which is not valid. Model '{dep}' failed "
-                            f"with error: {result.failures[dep].message}"
-                        )
-                    dep_model = result.models[dep]
-                    version = int(step.get("model_version", -1))
-                    if version != -1 and version not in dep_model.versions:
-                        raise ModelError(
-                            f"ensemble '{name}' depends on '{dep}' whose required version {version} is not loaded"
-                        )
-                    composing[dep] = dep_model.config
-                validate_ensemble_config(config, composing)
+                result.models[name] = load(name, [])
             except ModelError as exc:
-                exc.model = name
                 result.failures[name] = exc
-                del result.models[name]
-                changed = True
+        if not progressed:  # cannot happen: cycles carry a status; kept as a guard
+            for name in remaining:
+                result.failures[name] = _fail(name, f"ensemble '{name}' could not be resolved")
+            break
+
+
+def _check_upstreams(
+    name: str, steps: list[tuple[str, int]], status: dict[str, ModelError | None], result: "CompiledRepository"
+) -> ModelError | None:
+    """CheckNode: the composing models' state, in step order."""
+    required: dict[str, list[int]] = {}
+    for model, version in steps:
+        required.setdefault(model, []).append(version)
+    for model, versions in required.items():
+        upstream_status = status.get(model)
+        if upstream_status is not None:
+            return _fail(
+                name,
+                f"ensemble '{name}' depends on '{model}' which is not valid. Model '{model}' failed with error: "
+                f"{upstream_status.message}",
+                about=model,
+            )
+        failure = result.failures.get(model)
+        if failure is not None and failure.unsupported:
+            return _fail(
+                name,
+                f"ensemble '{name}' depends on '{model}', which cannot be served here: {failure.message}",
+                UnsupportedModelError,
+                about=model,
+            )
+        if failure is not None or model not in result.models:
+            message = f"ensemble '{name}' depends on '{model}' which has no loaded version."
+            if failure is not None:
+                message += f" Model '{model}' loading failed with error: {_load_failure_message(failure)}"
+            return _fail(name, message, about=model)
+        error = None
+        for version in versions:
+            if version != -1 and version not in result.models[model].versions:
+                error = _fail(
+                    name,
+                    f"ensemble '{name}' depends on '{model}' whose required version {version} is not loaded.",
+                    about=model,
+                )
+        if error is not None:
+            return error
+    return None

@@ -1,10 +1,28 @@
 """Errors raised while reading and compiling a model repository.
 
-Messages follow Triton's wording where Triton defines the check (so users recognise them and can
-search for them); `location` adds the file, and the line and column where one is known.
+`message` is Triton's own message wherever tritonserver defines the check (so users recognise it
+and can search for it, and `toolkit validate` can be compared with tritonserver); anything we add
+(the protobuf parser's explanation, advice) goes to `detail`. `location` is the file, and the
+line and column where one is known.
+
+`stage` says where tritonserver would have stopped the model:
+
+* `config`: when it reads the repository (the model is listed as INVALID; config.pbtxt parsing,
+  auto-complete of backend fields, ValidateModelConfig, the directory name);
+* `load`: while loading it (the model is UNAVAILABLE: versions, instance groups, the backend's
+  checks, label files, warmup);
+* `ensemble`: the ensemble's dependency checks (composing models, versions, tensors).
 """
 
 from __future__ import annotations
+
+STAGE_CONFIG = "config"
+STAGE_LOAD = "load"
+STAGE_ENSEMBLE = "ensemble"
+
+# Triton's Status::CodeString() for the codes its load errors use.
+CODE_INVALID_ARG = "Invalid argument"
+CODE_INTERNAL = "Internal"
 
 
 class RepositoryError(Exception):
@@ -22,7 +40,11 @@ class ModelError(Exception):
         file: str | None = None,
         line: int | None = None,
         column: int | None = None,
-        hint: str | None = None,
+        hint: str | tuple[str, ...] | None = None,
+        detail: str | None = None,
+        stage: str | None = None,
+        code: str = CODE_INVALID_ARG,
+        versions: list[int] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -30,9 +52,16 @@ class ModelError(Exception):
         self.file = file
         self.line = line
         self.column = column
-        # A token (field name or quoted tensor name) whose first occurrence in config.pbtxt is
-        # the line to point at when the error has no position of its own.
+        # A token (field name or quoted tensor name), or tokens tried in turn, whose first
+        # occurrence in config.pbtxt is the line to point at when the error has no position.
         self.hint = hint
+        self.detail = detail
+        self.stage = stage
+        # Triton's status code of the error (shown by tritonserver as "<code>: <message>").
+        self.code = code
+        # The versions whose load failed, for errors raised once versions were chosen (Triton
+        # loads each version on its own and reports "version N is at UNAVAILABLE state: ...").
+        self.versions = versions
 
     @property
     def location(self) -> str | None:
@@ -44,17 +73,26 @@ class ModelError(Exception):
             return f"{self.file}:{self.line}"
         return f"{self.file}:{self.line}:{self.column}"
 
+    @property
+    def unsupported(self) -> bool:
+        return False
+
     def __str__(self) -> str:
         where = self.location
-        return f"{where}: {self.message}" if where else self.message
+        text = f"{where}: {self.message}" if where else self.message
+        return f"{text} ({self.detail})" if self.detail else text
 
 
 class ConfigParseError(ModelError):
     """config.pbtxt is not valid protobuf text for Triton's ModelConfig message."""
 
     def __init__(self, file: str, line: int | None, column: int | None, message: str) -> None:
-        super().__init__(message, file=file, line=line, column=column)
+        super().__init__(message, file=file, line=line, column=column, stage=STAGE_CONFIG)
 
 
 class UnsupportedModelError(ModelError):
     """A valid Triton config that this product deliberately cannot serve (e.g. a TensorRT plan)."""
+
+    @property
+    def unsupported(self) -> bool:
+        return True

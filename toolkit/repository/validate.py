@@ -7,8 +7,6 @@ problem found is reported, as Triton does.
 
 from __future__ import annotations
 
-import math
-
 from google.protobuf.message import Message
 
 from .backend_fields import ENSEMBLE_PLATFORM, KNOWN_BACKENDS, PLATFORM_BACKENDS, TENSORRT_PLATFORM
@@ -44,11 +42,12 @@ def validate_model_config(config: Message) -> None:
 
     if not config.backend:
         if config.platform != ENSEMBLE_PLATFORM:
-            raise _fail(config, f"unexpected platform type '{config.platform}' for {name}")
+            raise _fail(config, f"unexpected platform type '{config.platform}' for {name}", "platform")
     elif config.platform == ENSEMBLE_PLATFORM:
         raise _fail(
             config,
             f"Ensemble model '{name}' must have platform type '{config.platform}' and empty backend type",
+            "backend",
         )
 
     if not config.platform and not config.backend:
@@ -56,7 +55,9 @@ def validate_model_config(config: Message) -> None:
 
     if config.backend in KNOWN_BACKENDS and PLATFORM_BACKENDS.get(config.platform) != config.backend:
         raise _fail(
-            config, f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}"
+            config,
+            f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}",
+            "platform" if config.platform else "backend",
         )
 
     if config.max_batch_size < 0:
@@ -75,17 +76,20 @@ def validate_model_config(config: Message) -> None:
         levels = db.priority_levels
         if levels != 0:
             if db.default_priority_level == 0 or db.default_priority_level > levels:
-                raise _fail(config, f"default priority level must be in range [1, {levels}] for {name}", "default_priority_level")
+                raise _fail(config, f"default priority level must be in range [1, {levels}] for {name}", "priority_levels")
             for level in db.priority_queue_policy:
                 if level == 0 or level > levels:
                     raise _fail(
                         config,
                         f"priority queue policy must have priority level in range [1, {levels}] for {name}",
+                        "priority_queue_policy",
                     )
         if db.preserve_ordering:
             if levels > 1:
                 raise _fail(
-                    config, f"Only one priority level is allowed when 'preserve_ordering' is true for {name}"
+                    config,
+                    f"Only one priority level is allowed when 'preserve_ordering' is true for {name}",
+                    "priority_levels",
                 )
             policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
             for policy in policies:
@@ -94,6 +98,7 @@ def validate_model_config(config: Message) -> None:
                         config,
                         "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
                         f"true for {name}",
+                        "DELAY",
                     )
 
     if config.HasField("sequence_batching"):
@@ -103,7 +108,9 @@ def validate_model_config(config: Message) -> None:
         validate_ensemble_scheduling(config)
     elif config.platform == ENSEMBLE_PLATFORM:
         raise _fail(
-            config, f"ensemble scheduling must be set for ensemble {name} whose platform is {ENSEMBLE_PLATFORM}"
+            config,
+            f"ensemble scheduling must be set for ensemble {name} whose platform is {ENSEMBLE_PLATFORM}",
+            "platform",
         )
 
     if config.model_transaction_policy.decoupled and config.response_cache.enable:
@@ -111,6 +118,7 @@ def validate_model_config(config: Message) -> None:
             config,
             f"Response Cache does not currently support model {name} with 'decoupled' transaction "
             "policy. Please disable the response cache.",
+            "response_cache",
         )
 
     if config.HasField("model_metrics"):
@@ -126,8 +134,6 @@ def validate_model_config(config: Message) -> None:
 
 
 def _validate_sequence_batching(config: Message) -> None:
-    # Stateful models are refused later with a product-specific error; Triton's own checks on
-    # the sequence batcher that matter for a verdict are the preferred sizes and the response cache.
     name = config.name
     sb = config.sequence_batching
     if config.response_cache.enable:
@@ -135,17 +141,98 @@ def _validate_sequence_batching(config: Message) -> None:
             config,
             f"Response Cache does not currently support model {name} with sequence batching scheduler. "
             "Please disable the response cache.",
+            "response_cache",
+        )
+    for kind in ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY"):
+        _sequence_control(config, kind, typed=False)
+    corrid_type = _sequence_control(config, "CONTROL_SEQUENCE_CORRID", typed=True)
+    if corrid_type is not None and corrid_type not in _CORRID_TYPES:
+        raise _fail(
+            config,
+            f"unexpected data type for control CONTROL_SEQUENCE_CORRID for {name}. Allowed data types are "
+            "TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING",
+            "CONTROL_SEQUENCE_CORRID",
         )
     if sb.HasField("oldest"):
         for size in sb.oldest.preferred_batch_size:
             if size <= 0:
-                raise _fail(config, f"sequence batching preferred batch size must be positive for {name}")
+                raise _fail(config, f"sequence batching preferred batch size must be positive for {name}", "preferred_batch_size")
             if size > config.max_batch_size:
-                raise _fail(config, f"sequence batching preferred batch size must be <= max batch size for {name}")
+                raise _fail(
+                    config, f"sequence batching preferred batch size must be <= max batch size for {name}", "preferred_batch_size"
+                )
     if sb.HasField("direct"):
         utilization = sb.direct.minimum_slot_utilization
         if utilization < 0.0 or utilization > 1.0:
-            raise _fail(config, f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}")
+            raise _fail(
+                config,
+                f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {name}",
+                "minimum_slot_utilization",
+            )
+
+
+_CORRID_TYPES = {pb2.TYPE_UINT64, pb2.TYPE_INT64, pb2.TYPE_UINT32, pb2.TYPE_INT32, pb2.TYPE_STRING}
+
+
+def _sequence_control(config: Message, kind: str, typed: bool) -> int | None:
+    """GetBooleanSequenceControlProperties / GetTypedSequenceControlProperties (not required):
+    the checks, in Triton's order; returns the control's data type when it is present."""
+    name = config.name
+    kind_value = pb2.ModelSequenceBatching.Control.Kind.Value(kind)
+    seen_tensors: set[str] = set()
+    found: int | None = None
+    for control_input in config.sequence_batching.control_input:
+        tensor = control_input.name
+        if not tensor:
+            raise _fail(config, f"sequence batching control tensor must have a name for {name}", "control_input")
+        if tensor in seen_tensors:
+            raise _fail(
+                config,
+                f"sequence batching control tensor '{tensor}' is specified for multiple control kinds for {name}",
+                f'"{tensor}"',
+            )
+        seen_tensors.add(tensor)
+        for control in control_input.control:
+            if control.kind != kind_value:
+                continue
+            if found is not None:
+                raise _fail(config, f"sequence batching specifies multiple {kind} tensors for {name}", kind)
+            given = [
+                field
+                for field in ("int32_false_true", "fp32_false_true", "bool_false_true")
+                if len(getattr(control, field)) > 0
+            ]
+            if typed:
+                found = control.data_type
+                if given:
+                    raise _fail(
+                        config,
+                        "sequence batching must not specify either 'int32_false_true', 'fp32_false_true' or "
+                        f"'bool_false_true' for {kind} for {name}",
+                        kind,
+                    )
+                continue
+            if not given:
+                raise _fail(
+                    config,
+                    "sequence batching must specify either 'int32_false_true', 'fp32_false_true' or "
+                    f"'bool_false_true' for {kind} for {name}",
+                    kind,
+                )
+            if len(given) > 1:
+                raise _fail(
+                    config,
+                    "sequence batching specifies more than one from 'int32_false_true', 'fp32_false_true' and "
+                    f"'bool_false_true' for {kind} for {name}",
+                    kind,
+                )
+            field = given[0]
+            if len(getattr(control, field)) != 2:
+                raise _fail(
+                    config, f"sequence batching control '{field}' must have exactly 2 entries for {kind} for {name}", kind
+                )
+            found = {"int32_false_true": pb2.TYPE_INT32, "fp32_false_true": pb2.TYPE_FP32}.get(field, pb2.TYPE_BOOL)
+    return found
 
 
 # --- Ensemble scheduling (ValidateEnsembleSchedulingConfig) --------------------------------------
@@ -155,17 +242,19 @@ def validate_ensemble_scheduling(config: Message) -> None:
     name = config.name
     if config.platform != ENSEMBLE_PLATFORM:
         raise _fail(
-            config, f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ENSEMBLE_PLATFORM}"
+            config,
+            f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ENSEMBLE_PLATFORM}",
+            "ensemble_scheduling",
         )
     if len(config.instance_group) != 0:
-        raise _fail(config, f"instance group should not be specified for ensemble '{name}'")
+        raise _fail(config, f"instance group should not be specified for ensemble '{name}'", "instance_group")
     if config.HasField("optimization"):
-        raise _fail(config, f"optimization should not be specified for ensemble '{name}'")
+        raise _fail(config, f"optimization should not be specified for ensemble '{name}'", "optimization")
     if len(config.model_warmup) != 0:
-        raise _fail(config, f"model_warmup can not be specified for ensemble '{name}'")
+        raise _fail(config, f"model_warmup can not be specified for ensemble '{name}'", "model_warmup")
     steps = config.ensemble_scheduling.step
     if len(steps) == 0:
-        raise _fail(config, f"must specify 'step' for ensemble '{name}'")
+        raise _fail(config, f"must specify 'step' for ensemble '{name}'", "ensemble_scheduling")
 
     # Build the data-flow graph: node = ensemble tensor.
     is_output: dict[str, bool] = {}
@@ -182,11 +271,11 @@ def validate_ensemble_scheduling(config: Message) -> None:
 
     for idx, step in enumerate(steps):
         if not step.model_name:
-            raise _fail(config, f"must specify 'model_name' in step {idx} of ensemble '{name}'")
+            raise _fail(config, f"must specify 'model_name' in step {idx} of ensemble '{name}'", "step")
         if len(step.input_map) == 0:
-            raise _fail(config, f"must specify 'input_map' in step {idx} of ensemble '{name}'")
+            raise _fail(config, f"must specify 'input_map' in step {idx} of ensemble '{name}'", "step")
         if len(step.output_map) == 0:
-            raise _fail(config, f"must specify 'output_map' in step {idx} of ensemble '{name}'")
+            raise _fail(config, f"must specify 'output_map' in step {idx} of ensemble '{name}'", "step")
         produced: list[str] = []
         for _, tensor in sorted(step.output_map.items()):
             if tensor in is_output:
@@ -195,6 +284,7 @@ def validate_ensemble_scheduling(config: Message) -> None:
                         config,
                         f"ensemble tensor '{tensor}' can appear in an output map only once for ensemble "
                         f"'{name}' step {idx}",
+                        f'"{tensor}"',
                     )
                 is_output[tensor] = True
             else:
@@ -210,7 +300,7 @@ def validate_ensemble_scheduling(config: Message) -> None:
     queue: list[str] = []
     for inp in config.input:
         if inp.name not in ready:
-            raise _fail(config, f"ensemble input '{inp.name}' for ensemble {name}' is not used")
+            raise _fail(config, f"ensemble input '{inp.name}' for ensemble {name}' is not used", f'"{inp.name}"')
         ready[inp.name] = True
         queue.append(inp.name)
     while queue:
@@ -225,7 +315,7 @@ def validate_ensemble_scheduling(config: Message) -> None:
     outputs: set[str] = set()
     for out in config.output:
         if out.name not in ready:
-            raise _fail(config, f"ensemble output '{out.name}' for ensemble {name}' is not used")
+            raise _fail(config, f"ensemble output '{out.name}' for ensemble {name}' is not used", f'"{out.name}"')
         if not ready[out.name]:
             message = f"output '{out.name}' for ensemble '{name}' is not written"
             last = out.name
@@ -242,14 +332,14 @@ def validate_ensemble_scheduling(config: Message) -> None:
                 frontier = following or []
             if last != out.name:
                 message += f": at least one of its depending tensors, '{last}', is not connected"
-            raise _fail(config, message)
+            raise _fail(config, message, f'"{out.name}"')
         outputs.add(out.name)
 
     for tensor in sorted(order):
         if tensor in outputs:
             continue
         if not ready[tensor] or not nxt[tensor]:
-            raise _fail(config, f"ensemble tensor '{tensor}' is unused in ensemble '{name}'")
+            raise _fail(config, f"ensemble tensor '{tensor}' is unused in ensemble '{name}'", f'"{tensor}"')
 
 
 # --- ValidateModelIOConfig -----------------------------------------------------------------------
@@ -368,7 +458,8 @@ def validate_instance_groups(config: Message, supported_gpus: set[int]) -> None:
         raise _fail(config, f"must specify one or more 'instance group's for {name}")
     for group in config.instance_group:
         prefix = f"instance group {group.name} of model {name}"
-        hint = "instance_group"
+        # the group's line: its name when the config gives one, else its kind
+        hint = (f'"{group.name}"', ModelInstanceGroup.Kind.Name(group.kind), "instance_group")
         if group.kind == ModelInstanceGroup.KIND_MODEL:
             if len(group.gpus) > 0:
                 raise _fail(config, f"{prefix} has kind KIND_MODEL but specifies one or more GPUs", hint)
@@ -384,6 +475,7 @@ def validate_instance_groups(config: Message, supported_gpus: set[int]) -> None:
                         config,
                         f"{prefix} specifies invalid or unsupported gpu id {gid}. GPUs with at least the "
                         f"minimum required CUDA compute compatibility of 6.000000 are: {available}",
+                        ("gpus", *hint),
                     )
         elif group.kind == ModelInstanceGroup.KIND_CPU:
             if len(group.gpus) > 0:
@@ -395,16 +487,36 @@ def validate_instance_groups(config: Message, supported_gpus: set[int]) -> None:
                 config,
                 f"{prefix} and platform {config.platform}specifies profile field which is only "
                 "supported for TensorRT models",
+                "profile",
             )
+        for profile in group.profile:
+            if not profile:
+                raise _fail(config, "profile name must not be empty", "profile")
+            index = _stoi(profile)
+            if index is None:
+                raise _fail(config, f"unable to parse '{profile}': stoi", "profile")
+            if index < 0:
+                raise _fail(
+                    config,
+                    f"{prefix} and platform {config.platform} specifies invalid profile {profile}. The field "
+                    "should contain the string representation of a non-negative integer.",
+                    "profile",
+                )
 
 
-# --- Model warmup (TritonModelInstance::GenerateWarmupData + request checks) ----------------------
+def _stoi(text: str) -> int | None:
+    """std::stoi's value, None where it throws invalid_argument."""
+    stripped = text.lstrip(" \t\n\v\f\r")
+    sign = stripped[:1] if stripped[:1] in "+-" else ""
+    digits = ""
+    for ch in stripped[len(sign):]:
+        if not "0" <= ch <= "9":
+            break
+        digits += ch
+    return int(sign + digits) if digits else None
 
 
-def warmup_input_byte_size(data_type: int, dims) -> int:
-    count = element_count(dims)
-    size = count * data_type_byte_size(data_type)
-    return size if size else count * 4
+# --- Sizes -----------------------------------------------------------------------------------------
 
 
 _BYTE_SIZES = {
@@ -418,7 +530,3 @@ _BYTE_SIZES = {
 def data_type_byte_size(data_type: int) -> int:
     """Bytes per element; 0 for TYPE_STRING (variable) and TYPE_INVALID."""
     return _BYTE_SIZES.get(data_type, 0)
-
-
-def is_finite_shape(dims) -> bool:
-    return all(d >= 0 for d in dims) and math.prod(dims) >= 0

@@ -1,9 +1,27 @@
 """`model_warmup` checks, made at compile time so a bad warmup fails `toolkit validate`, not a
-cold start. Messages follow Triton's `TritonModelInstance::GenerateWarmupData` and the request
-checks each warmup request then goes through (infer_request.cc).
+cold start.
 
-Warmup data files live in the model's `warmup/` directory (Triton's kWarmupDataFolder) and must
-stay inside it: a path that escapes it is refused (Triton would read any file).
+tritonserver checks a warmup sample in three places, and this module follows them in order, with
+their messages (verified against tritonserver 2.51, tests/oracle):
+
+1. TritonModelInstance::GenerateWarmupData (backend_model_instance.cc): variable-size
+   dimensions, the data source of each input, `input_data_file` read from the model's `warmup/`
+   folder and its size;
+2. InferenceRequest::PrepareForInference (infer_request.cc), as for a client request: the number
+   of inputs, then each input's data type and shape (warmup dims are the *config* dims, not the
+   reshape; a batch dimension of 1 is prepended when max_batch_size > 0);
+3. the backend's execute (the same code in the onnxruntime and python backends): the `batch_size`
+   requests of a sample run as one batch, which must not exceed max_batch_size (1 when the model
+   does not batch). Every request fails, so Triton repeats the error once per request.
+
+Samples with batch_size 0 are skipped; `count` does not matter (Triton runs a sample at least
+once). Warmup inputs that are not model inputs are passed by Triton as "override" inputs to the
+backend without a check: a warning here.
+
+Where tritonserver is fragile we refuse cleanly instead (docs/triton-compatibility.md):
+an `input_data_file` that resolves outside `warmup/` (Triton reads any file), negative
+dimensions, and samples over `MAX_WARMUP_SAMPLE_BYTES` (a dims of [2^40] made tritonserver abort
+while allocating).
 """
 
 from __future__ import annotations
@@ -13,86 +31,199 @@ from pathlib import Path
 from google.protobuf.message import Message
 
 from .discover import within
-from .errors import ModelError
+from .errors import CODE_INTERNAL, ModelError
 from .model_config import DataType
-from .validate import element_count, warmup_input_byte_size
+from .validate import data_type_byte_size, element_count
 
 WARMUP_FOLDER = "warmup"
+# The synthetic data of one warmup sample (all inputs, all batch_size requests) must fit here.
+MAX_WARMUP_SAMPLE_BYTES = 1 << 30
+# InferenceRequest::LogRequest() of a warmup request (it has no id).
+REQUEST_PREFIX = "[request id: <id_unknown>] "
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+    "prepended to each input shape. If you want to specify the full shape including the batch dim in "
+    "your input dims config, try setting max_batch_size to zero. See the model configuration docs for "
+    "more info on max_batch_size."
+)
+TYPE_STRING = DataType.Value("TYPE_STRING")
 
 
 def _shape(dims) -> str:
+    """triton::common::DimsListToString."""
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
-def _type_name(data_type: int) -> str:
-    """Triton's protocol datatype name (TYPE_FP32 -> FP32, TYPE_STRING -> BYTES)."""
-    name = DataType.Name(data_type)[len("TYPE_"):]
-    return "BYTES" if name == "STRING" else name
+def protocol_type_name(data_type: int) -> str:
+    """triton::common::DataTypeToProtocolString (TYPE_FP32 -> FP32, TYPE_STRING -> BYTES)."""
+    if data_type == TYPE_STRING:
+        return "BYTES"
+    name = DataType.Name(data_type)
+    return "<invalid>" if name == "TYPE_INVALID" else name[len("TYPE_"):]
 
 
-def validate_warmup(config: Message, model_path: Path) -> None:
+def join_path(*segments: str) -> str:
+    """Triton's JoinPath: an absolute segment is appended, not substituted ('/x' -> 'dir/x')."""
+    joined = ""
+    for seg in segments:
+        if not joined:
+            joined = seg
+        elif seg.startswith("/"):
+            joined += seg[1:] if joined.endswith("/") else seg
+        else:
+            joined += seg if joined.endswith("/") else "/" + seg
+    return joined
+
+
+def first_instance_name(config: Message) -> str:
+    """The name of the first model instance (the one whose warmup fails first): tritonserver 2.51
+    names instance c of a group "<group name>_<c>", also when the group has one instance."""
+    return f"{config.instance_group[0].name}_0"
+
+
+def _input_byte_size(data_type: int, dims) -> int:
+    """GenerateWarmupData's batch-1 byte size (4 bytes per element for BYTES)."""
+    count = element_count(dims)
+    size = count * data_type_byte_size(data_type)
+    return size if size else count * 4
+
+
+def _fail(config: Message, message: str, sample: Message, **kw) -> ModelError:
+    return ModelError(
+        message,
+        model=config.name,
+        hint=f'"{sample.name}"' if sample.name else "model_warmup",
+        **kw,
+    )
+
+
+def validate_warmup(config: Message, model_path: Path, warnings: list[str] | None = None) -> None:
+    """Check every `model_warmup` sample the way tritonserver prepares and runs it."""
     name = config.name
-    inputs = {io.name: io for io in config.input}
+    config_inputs = {io.name: io for io in config.input}
     warmup_dir = model_path / WARMUP_FOLDER
     for sample in config.model_warmup:
         if sample.batch_size == 0:
-            continue  # Triton skips batch-0 samples
-        for input_name, meta in sample.inputs.items():
+            continue  # "Skipping batch 0 warmup sample"
+        metas = list(sample.inputs.items())
+
+        # GenerateWarmupData, first pass.
+        total = 0
+        for input_name, meta in metas:
             if element_count(meta.dims) == -1:
-                raise ModelError(
-                    "warmup setting expects all variable-size dimensions are specified for input "
-                    f"'{input_name}'",
-                    model=name,
+                raise _fail(
+                    config,
+                    f"warmup setting expects all variable-size dimensions are specified for input '{input_name}'",
+                    sample,
                 )
-        for input_name, meta in sample.inputs.items():
-            byte_size = warmup_input_byte_size(meta.data_type, meta.dims)
+            if any(d < 0 for d in meta.dims):
+                raise _fail(
+                    config,
+                    f"warmup setting of sample '{sample.name}' gives input '{input_name}' the dims "
+                    f"{_shape(meta.dims)}: dimensions must be >= 0",
+                    sample,
+                    detail="tritonserver does not check this and computes a negative byte size",
+                )
+            total += _input_byte_size(meta.data_type, meta.dims)
+        if total * sample.batch_size > MAX_WARMUP_SAMPLE_BYTES:
+            raise _fail(
+                config,
+                f"warmup sample '{sample.name}' of model '{name}' needs {total * sample.batch_size} bytes of "
+                f"input data (batch_size {sample.batch_size}), more than the {MAX_WARMUP_SAMPLE_BYTES} a "
+                "warmup sample may use",
+                sample,
+                detail="tritonserver allocates it at load and aborts when it cannot",
+            )
+
+        # GenerateWarmupData, second pass: the data of each input.
+        for input_name, meta in metas:
             kind = meta.WhichOneof("input_data_type")
             if kind is None:
-                raise ModelError(f"warmup setting expects input '{input_name}' to have input_data_type set", model=name)
-            if kind == "input_data_file":
-                data_path = warmup_dir / meta.input_data_file
-                if not within(warmup_dir, data_path):
-                    raise ModelError(
-                        f"warmup input_data_file '{meta.input_data_file}' of input '{input_name}' escapes the "
-                        f"model's warmup directory '{warmup_dir}'",
-                        model=name,
-                    )
-                if not data_path.is_file():
-                    raise ModelError(f"failed to open text file for read {data_path}: No such file or directory", model=name)
-                size = data_path.stat().st_size
-                if meta.data_type != DataType.Value("TYPE_STRING") and byte_size > size:
-                    raise ModelError(
-                        f"warmup setting expects {byte_size} bytes, but the data provided from "
-                        f"{meta.input_data_file}only has {size} bytes",
-                        model=name,
-                    )
+                raise _fail(
+                    config, REQUEST_PREFIX + f"warmup setting expects input '{input_name}' to have input_data_type set", sample
+                )
+            if kind != "input_data_file":
+                continue
+            text = join_path(str(model_path.absolute()), WARMUP_FOLDER, meta.input_data_file)
+            data_path = Path(text)
+            if not within(warmup_dir, data_path):
+                raise _fail(
+                    config,
+                    f"warmup input_data_file '{meta.input_data_file}' of input '{input_name}' resolves to "
+                    f"'{data_path.resolve()}', outside the model's warmup directory '{warmup_dir}'",
+                    sample,
+                    detail="tritonserver reads any file a warmup sample names; this toolkit only ships the "
+                    "model directory",
+                )
+            if not data_path.is_file():
+                reason = "Is a directory" if data_path.is_dir() else "No such file or directory"
+                raise _fail(config, f"failed to open text file for read {text}: {reason}", sample, code=CODE_INTERNAL)
+            size = data_path.stat().st_size
+            expected = _input_byte_size(meta.data_type, meta.dims)
+            if meta.data_type != TYPE_STRING and expected > size:
+                raise _fail(
+                    config,
+                    REQUEST_PREFIX + f"warmup setting expects {expected} bytes, but the data provided from "
+                    f"{meta.input_data_file}only has {size} bytes",
+                    sample,
+                )
 
-            io = inputs.get(input_name)
-            if io is None:
-                raise ModelError(f"unexpected inference input '{input_name}' for model '{name}'", model=name)
+        # PrepareForInference: inputs that are not model inputs become override inputs.
+        originals = [(n, m) for n, m in metas if n in config_inputs]
+        for input_name, _ in metas:
+            if input_name not in config_inputs and warnings is not None:
+                warnings.append(
+                    f"model_warmup sample '{sample.name}' gives input '{input_name}', which is not an input of "
+                    f"model '{name}': tritonserver hands it to the backend as an extra input, this runtime "
+                    "ignores it"
+                )
+        _check_input_count(config, sample, [n for n, _ in originals])
+        for input_name, meta in originals:
+            io = config_inputs[input_name]
             if io.data_type != meta.data_type:
-                raise ModelError(
-                    f"inference input '{input_name}' data-type is '{_type_name(meta.data_type)}', but model "
-                    f"'{name}' expects '{_type_name(io.data_type)}'",
-                    model=name,
+                raise _fail(
+                    config,
+                    REQUEST_PREFIX + f"inference input '{input_name}' data-type is '{protocol_type_name(meta.data_type)}', "
+                    f"but model '{name}' expects '{protocol_type_name(io.data_type)}'",
+                    sample,
                 )
-            expected = list(io.dims)
-            given = list(meta.dims)
-            if len(expected) != len(given) or any(e != -1 and e != g for e, g in zip(expected, given)):
-                full_expected = ([-1] if config.max_batch_size > 0 else []) + expected
-                full_given = ([1] if config.max_batch_size > 0 else []) + given
-                raise ModelError(
-                    f"unexpected shape for input '{input_name}' for model '{name}'. Expected "
-                    f"{_shape(full_expected)}, got {_shape(full_given)}",
-                    model=name,
+            expected_dims, given = list(io.dims), list(meta.dims)
+            if len(expected_dims) != len(given) or any(e != -1 and e != g for e, g in zip(expected_dims, given)):
+                batching = config.max_batch_size > 0
+                full_expected = ([-1] if batching else []) + expected_dims
+                full_given = ([1] if batching else []) + given
+                raise _fail(
+                    config,
+                    REQUEST_PREFIX + f"unexpected shape for input '{input_name}' for model '{name}'. Expected "
+                    f"{_shape(full_expected)}, got {_shape(full_given)}. " + (_BATCH_NOTE if batching else ""),
+                    sample,
                 )
-        required = [io.name for io in config.input if not io.optional]
-        missing = [n for n in required if n not in sample.inputs]
-        if missing:
-            given = ", ".join(f"'{n}'" for n in sample.inputs)
-            raise ModelError(
-                f"expected {len(required)} inputs but got {len(sample.inputs)} inputs for model '{name}'. "
-                f"Got input(s) [{given}], but missing required input(s) "
-                f"[{', '.join(repr(n) for n in missing)}]. Please provide all required input(s).",
-                model=name,
-            )
+
+        # The backend's execute: the sample's requests form one batch.
+        total_batch = sample.batch_size
+        if total_batch != 1 and total_batch > config.max_batch_size:
+            one = f"batch size {total_batch} for '{first_instance_name(config)}', max allowed is {config.max_batch_size}; "
+            raise _fail(config, f"failed to run warmup sample '{sample.name}': " + one * total_batch, sample)
+
+
+def _check_input_count(config: Message, sample: Message, originals: list[str]) -> None:
+    """InferenceRequest::Normalize's input count check (tritonserver 2.51's wording)."""
+    required = [io.name for io in config.input if not io.optional]
+    total = len(config.input)
+    if len(originals) <= total and len(originals) >= len(required):
+        return
+    missing = [n for n in required if n not in originals]
+    # Triton builds "['a','b']" by appending "'x'," and dropping the last character: with nothing
+    # missing that drops the '[' and prints "]".
+    missing_text = ("[" + "".join(f"'{n}'," for n in missing))[:-1] + "]"
+    given_text = "[" + ",".join(f"'{n}'" for n in originals) + "]"
+    if total == len(required):
+        expected = f"expected {total} inputs"
+    else:
+        expected = f"expected number of inputs between {len(required)} and {total}"
+    raise _fail(
+        config,
+        REQUEST_PREFIX + f"{expected} but got {len(originals)} inputs for model '{config.name}'. Got input(s) "
+        f"{given_text}, but missing required input(s) {missing_text}. Please provide all required input(s).",
+        sample,
+    )
