@@ -28,7 +28,9 @@ def create_app(repository: ModelRepository) -> FastAPI:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        return _error(str(exc.detail), exc.status_code)
+        response = _error(str(exc.detail), exc.status_code)
+        response.headers.update(exc.headers or {})  # e.g. the `Allow` header of a 405 (RFC 9110)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:

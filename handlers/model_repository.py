@@ -75,12 +75,19 @@ class LoadedModel:
         self.labels = {}
 
     def load_labels(self) -> None:
-        """Label files of outputs (classification extension), one label per line."""
+        """Label files of outputs (classification extension), one label per line; the name is
+        joined to the model directory as Triton's JoinPath does, and must stay inside it."""
+        directory = self.spec.directory.resolve()
         for output in self.spec.config.get("output", []):
             filename = output.get("label_filename")
             if filename:
-                text = (self.spec.directory / filename).read_text(encoding="utf-8")
-                self.labels[output["name"]] = text.splitlines()
+                path = (directory / filename.lstrip("/")).resolve()
+                if not path.is_relative_to(directory):
+                    raise RuntimeError(
+                        f"label_filename '{filename}' of output '{output['name']}' resolves to '{path}', outside "
+                        f"the model directory '{directory}'"
+                    )
+                self.labels[output["name"]] = path.read_text(encoding="utf-8").splitlines()
 
     @property
     def name(self) -> str:

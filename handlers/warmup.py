@@ -15,6 +15,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,13 +72,26 @@ def _decode_bytes_elements(raw: bytes, count: int, source: str) -> np.ndarray:
     return out
 
 
+def _data_file(spec: ModelSpec, filename: str) -> Path:
+    """`input_data_file` inside the model's `warmup/` folder, joined as Triton's JoinPath does (a
+    leading '/' does not make it absolute). One that leads outside the folder ('..', symlinks) is
+    refused, as the compiler refuses it (toolkit/repository/warmup.py)."""
+    folder = (spec.directory / WARMUP_FOLDER).resolve()
+    path = (folder / filename.lstrip("/")).resolve()
+    if not path.is_relative_to(folder):
+        raise WarmupError(
+            f"warmup input_data_file '{filename}' resolves to '{path}', outside the model's warmup directory '{folder}'"
+        )
+    return path
+
+
 def _tensor(spec: ModelSpec, name: str, meta: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     datatype = from_config_type(meta["data_type"])
     dims = [int(d) for d in meta.get("dims", [])]
     count = math.prod(dims)
     if datatype == "BYTES":
         if "input_data_file" in meta:
-            path = spec.directory / WARMUP_FOLDER / meta["input_data_file"]
+            path = _data_file(spec, meta["input_data_file"])
             flat = _decode_bytes_elements(path.read_bytes(), count, str(path))
         else:
             flat = np.empty(count, dtype=object)
@@ -92,7 +106,7 @@ def _tensor(spec: ModelSpec, name: str, meta: dict[str, Any], rng: np.random.Gen
             array = np.frombuffer(raw, dtype=np.uint8 if datatype == "BOOL" else dtype).reshape(dims)
             array = array != 0 if datatype == "BOOL" else array.copy()
         elif "input_data_file" in meta:
-            path = spec.directory / WARMUP_FOLDER / meta["input_data_file"]
+            path = _data_file(spec, meta["input_data_file"])
             raw = path.read_bytes()
             needed = count * dtype.itemsize
             if len(raw) < needed:

@@ -197,7 +197,13 @@ class OnnxRuntimeInstance:
 
     def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
         """Run a batch. A batching model runs the whole batch at once; a non-batching model
-        (max_batch_size 0) is never merged, so each of its requests runs on its own."""
+        (max_batch_size 0) is never merged, so each of its requests runs on its own. A request
+        whose BYTES ONNX Runtime cannot take is refused alone; the rest of its batch runs."""
+        refused = {i: error for i, r in enumerate(requests) if (error := self._undecodable(r)) is not None}
+        if refused:
+            runnable = [r for i, r in enumerate(requests) if i not in refused]
+            results = iter(self.execute(runnable) if runnable else ())
+            return [refused[i] if i in refused else next(results) for i in range(len(requests))]
         if self.batching or len(requests) == 1:
             return self._run(requests)
         outcomes: list[InferOutcome] = []
@@ -240,15 +246,29 @@ class OnnxRuntimeInstance:
             request.compute_end_ns = end
         return outcomes
 
+    def _undecodable(self, request: InferRequest) -> InferenceError | None:
+        for name, array in request.inputs.items():
+            if array.dtype == object:
+                try:
+                    for item in array.reshape(-1):
+                        if isinstance(item, bytes):
+                            item.decode("utf-8")
+                except UnicodeDecodeError:
+                    return self._not_utf8(name)
+        return None
+
+    def _not_utf8(self, name: str) -> InferenceError:
+        return invalid_argument(
+            f"BYTES input '{name}' of model '{self.spec.name}' is not valid UTF-8; ONNX Runtime's Python "
+            "API passes string tensors as text"
+        )
+
     def _prepare(self, name: str, array: np.ndarray) -> np.ndarray:
         if array.dtype == object:
             try:
                 array = np.array([b.decode("utf-8") for b in array.reshape(-1)], dtype=object).reshape(array.shape)
             except UnicodeDecodeError:
-                raise invalid_argument(
-                    f"BYTES input '{name}' of model '{self.spec.name}' is not valid UTF-8; ONNX Runtime's Python "
-                    "API passes string tensors as text"
-                ) from None
+                raise self._not_utf8(name) from None
         return array  # `reshape` was applied by request validation
 
     def _finish(self, name: str, array: np.ndarray, batch: int | None) -> np.ndarray:

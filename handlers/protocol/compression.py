@@ -2,18 +2,18 @@
 requests are inflated, and responses are compressed when `Accept-Encoding` names gzip or deflate
 (tritonclient's request_compression_algorithm / response_compression_algorithm).
 
-Inflating is bounded (`TOOLKIT_MAX_REQUEST_BYTES`, default 512 MiB) so a small compressed body
-cannot expand without limit.
+Inflating is bounded (`TOOLKIT_MAX_REQUEST_BYTES`, handlers/limits.py) so a small compressed body
+cannot expand without limit: past it the request is refused with 413.
 """
 
 from __future__ import annotations
 
-import os
 import zlib
 
 from ..errors import InferenceError, ErrorCode, invalid_argument
+from ..limits import LIMITS, body_too_large
 
-MAX_REQUEST_BYTES = int(os.environ.get("TOOLKIT_MAX_REQUEST_BYTES", str(512 * 1024 * 1024)))
+MAX_REQUEST_BYTES = LIMITS.max_request_bytes
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
@@ -30,9 +30,7 @@ def decompress(body: bytes, content_encoding: str | None, limit: int = MAX_REQUE
     except zlib.error as exc:
         raise invalid_argument(f"failed to decompress the request body ({encoding}): {exc}") from None
     if len(out) > limit or inflater.unconsumed_tail:
-        raise InferenceError(
-            f"request body inflates to more than {limit} bytes (TOOLKIT_MAX_REQUEST_BYTES)", ErrorCode.INVALID_ARG
-        )
+        raise body_too_large(limit, inflated=True)
     return out
 
 

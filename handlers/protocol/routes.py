@@ -3,19 +3,26 @@
 Status codes and bodies follow tritonserver 2.51 as measured (docs/protocol.md): unknown model 404
 `Request for unknown model: 'x' is not found`, readiness by status code (200 / 400), errors as
 `{"error": "..."}`. gRPC is out of scope.
+
+Every route is described in the app's OpenAPI document (`GET /openapi.json`): the v2 request and
+response bodies, the binary tensor data extension's framing, and every status a route answers, so
+that schema-driven clients and fuzzers (schemathesis, tests/test_reliability_fuzz.py) see the real
+contract. The descriptions are documentation only: handlers read the raw body themselves.
+The infer route enforces the request size limits of handlers/limits.py (413).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 
 from .. import __version__
+from .. import limits
 from .. import metrics
-from ..datatypes import from_config_type
+from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import InferenceError
 from ..model_repository import LoadedModel, ModelRepository
 from .codec import decode_request, encode_error, encode_response
@@ -28,7 +35,9 @@ EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters", "schedu
 
 JSON = "application/json"
 
-router = APIRouter()
+# Handlers build their responses themselves; Response keeps FastAPI from documenting JSON bodies
+# for routes that send none (health).
+router = APIRouter(default_response_class=Response)
 
 
 def _repository(request: Request) -> ModelRepository:
@@ -62,22 +71,251 @@ def _metadata(model: LoadedModel, versions: list[int]) -> dict[str, Any]:
     }
 
 
-@router.get("/v2/health/live")
+# --- OpenAPI description (documentation only; the handlers below read requests themselves) -------
+
+_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string"}},
+    "additionalProperties": False,
+}
+_PARAMETER_VALUE = {"type": ["string", "integer", "number", "boolean"]}
+_UINT64 = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
+_TENSOR_METADATA = {
+    "type": "object",
+    "required": ["name", "datatype", "shape"],
+    "properties": {
+        "name": {"type": "string"},
+        "datatype": {"type": "string"},
+        "shape": {"type": "array", "items": {"type": "integer"}},
+    },
+}
+_INFER_REQUEST_SCHEMA: dict[str, Any] = {
+    "title": "InferenceRequest",
+    "description": "KServe v2 inference request (JSON part). With the binary tensor data extension the "
+    "JSON is followed by raw tensor bytes and `Inference-Header-Content-Length` gives its length.",
+    "type": "object",
+    "required": ["inputs"],
+    "properties": {
+        "id": {"type": "string"},
+        "parameters": {
+            "type": "object",
+            "description": "Request parameters; `priority`, `timeout` (µs), `binary_data_output`, "
+            "`sequence_*` are read by the server, the rest reach the model. Keys starting with "
+            "`triton_` are reserved.",
+            "properties": {
+                "priority": _UINT64,
+                "timeout": _UINT64,
+                "binary_data_output": {"type": "boolean"},
+                "sequence_id": {"anyOf": [_UINT64, {"type": "string"}]},
+                "sequence_start": {"type": "boolean"},
+                "sequence_end": {"type": "boolean"},
+            },
+            "propertyNames": {"not": {"pattern": "^triton_"}},
+            "additionalProperties": _PARAMETER_VALUE,
+        },
+        "inputs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "shape", "datatype"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "shape": {"type": "array", "items": _UINT64},
+                    "datatype": {"type": "string", "enum": sorted(PROTOCOL_DATATYPES)},
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "binary_data_size": _UINT64,
+                            "shared_memory_region": {"type": "string"},
+                        },
+                    },
+                    "data": {
+                        "type": "array",
+                        "description": "Row-major values, flat or nested: numbers, booleans for BOOL, "
+                        "strings for BYTES. Exactly one of `data`, `parameters.binary_data_size` "
+                        "(binary extension) or `parameters.shared_memory_region`.",
+                    },
+                },
+            },
+        },
+        "outputs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "binary_data": {"type": "boolean"},
+                            "classification": _UINT64,
+                            "shared_memory_region": {"type": "string"},
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+_INFER_RESPONSE_SCHEMA: dict[str, Any] = {
+    "title": "InferenceResponse",
+    "type": "object",
+    "required": ["model_name", "model_version", "outputs"],
+    "properties": {
+        "id": {"type": "string"},
+        "model_name": {"type": "string"},
+        "model_version": {"type": "string"},
+        "parameters": {"type": "object"},
+        "outputs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "datatype", "shape"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "datatype": {"type": "string"},
+                    "shape": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+                    "data": {"type": "array"},
+                    "parameters": {"type": "object"},
+                },
+            },
+        },
+    },
+}
+_SERVER_METADATA_SCHEMA = {
+    "type": "object",
+    "required": ["name", "version", "extensions"],
+    "properties": {
+        "name": {"type": "string"},
+        "version": {"type": "string"},
+        "extensions": {"type": "array", "items": {"type": "string"}},
+    },
+}
+_MODEL_METADATA_SCHEMA = {
+    "type": "object",
+    "required": ["name", "versions", "platform", "inputs", "outputs"],
+    "properties": {
+        "name": {"type": "string"},
+        "versions": {"type": "array", "items": {"type": "string"}},
+        "platform": {"type": "string"},
+        "inputs": {"type": "array", "items": _TENSOR_METADATA},
+        "outputs": {"type": "array", "items": _TENSOR_METADATA},
+    },
+}
+_STATISTICS_SCHEMA = {
+    "type": "object",
+    "required": ["model_stats"],
+    "properties": {"model_stats": {"type": "array", "items": {"type": "object"}}},
+}
+_INDEX_SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "required": ["name", "version", "state"],
+        "properties": {
+            "name": {"type": "string"},
+            "version": {"type": "string"},
+            "state": {"type": "string", "enum": ["READY", "UNAVAILABLE", "LOADING"]},
+            "reason": {"type": "string"},
+        },
+    },
+}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {JSON: {"schema": _ERROR_SCHEMA}}}
+
+
+def _ok(schema: dict[str, Any] | None, description: str = "Success", media_type: str = JSON) -> dict[str, Any]:
+    if schema is None:
+        return {"description": description}
+    return {"description": description, "content": {media_type: {"schema": schema}}}
+
+
+_BAD_REQUEST = _error("Invalid request (a malformed query or version parameter)")
+_UNKNOWN_MODEL = _error("Unknown model or version: `Request for unknown model: 'x' is not found`")
+_NOT_READY = _error("The model (version) is not ready: loading, or failed to load")
+# "4XX" stands for the other client errors every route can give (405 for another method; FastAPI
+# would otherwise document a 422 the app never sends: its validation errors are 400).
+_OTHER_CLIENT_ERRORS = _error("Another client error, e.g. 405 for a method the route does not take")
+_MODEL_ERRORS = {400: _BAD_REQUEST, 404: _UNKNOWN_MODEL, 503: _NOT_READY, "4XX": _OTHER_CLIENT_ERRORS}
+_VERSION = Annotated[int, Path(ge=0, description="Model version (a directory number of the repository)")]
+
+_INFER_DOC: dict[str, Any] = {
+    "summary": "Inference",
+    "description": "KServe/Triton v2 inference, with the binary tensor data extension "
+    "(`Inference-Header-Content-Length`), the classification extension and gzip/deflate bodies "
+    "(`Content-Encoding`, `Accept-Encoding`). An empty body, or a header length of 0, is a raw "
+    "binary request for the model's only input.",
+    "responses": {
+        200: {
+            "description": "Outputs: JSON, or JSON followed by binary tensor data "
+            "(`Inference-Header-Content-Length` gives the JSON length)",
+            "content": {
+                JSON: {"schema": _INFER_RESPONSE_SCHEMA},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        400: _error("Invalid request: malformed body, or a request the model's configuration refuses"),
+        404: _UNKNOWN_MODEL,
+        413: _error("Request body or an input tensor over the limits (TOOLKIT_MAX_REQUEST_BYTES, "
+                    "TOOLKIT_MAX_TENSOR_ELEMENTS)"),
+        500: _error("The model's own error (an exception in model.py), as tritonserver answers it"),
+        501: _error("Unsupported request feature (a Content-Encoding other than gzip or deflate)"),
+        503: _error("Not ready, queue full (`max_queue_size`), queue timeout, or shutting down"),
+        "4XX": _OTHER_CLIENT_ERRORS,
+    },
+    "openapi_extra": {
+        "parameters": [
+            {
+                "name": "Inference-Header-Content-Length",
+                "in": "header",
+                "required": False,
+                "description": "Binary tensor data extension: length of the JSON part of the body",
+                "schema": {"type": "integer", "minimum": 0},
+            }
+        ],
+        "requestBody": {
+            "required": False,
+            "content": {
+                JSON: {"schema": _INFER_REQUEST_SCHEMA},
+                "application/octet-stream": {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "JSON request followed by binary tensor data, or a raw binary request",
+                    }
+                },
+            },
+        },
+    },
+}
+
+
+# --- routes ---------------------------------------------------------------------------------------
+
+
+@router.get("/v2/health/live", responses={200: _ok(None, "The server is running")})
 async def health_live() -> Response:
     return Response(status_code=200)
 
 
-@router.get("/v2/health/ready")
+@router.get(
+    "/v2/health/ready",
+    responses={200: _ok(None, "Every model is loaded and warmed up"), 400: {"description": "Not ready"}},
+)
 async def health_ready(request: Request) -> Response:
     return Response(status_code=200 if _repository(request).ready() else 400)
 
 
-@router.get("/v2")
+@router.get("/v2", responses={200: _ok(_SERVER_METADATA_SCHEMA)})
 async def server_metadata() -> Response:
     return _json({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
 
 
-@router.get("/v2/models/stats")
+@router.get("/v2/models/stats", responses={200: _ok(_STATISTICS_SCHEMA)})
 async def all_statistics(request: Request) -> Response:
     repository = _repository(request)
     stats = [
@@ -89,8 +327,7 @@ async def all_statistics(request: Request) -> Response:
     return _json({"model_stats": stats})
 
 
-@router.get("/v2/models/{model_name}")
-@router.get("/v2/models/{model_name}/versions/{model_version:int}")
+@router.get("/v2/models/{model_name}", responses={200: _ok(_MODEL_METADATA_SCHEMA), **_MODEL_ERRORS})
 async def model_metadata(request: Request, model_name: str, model_version: int | None = None) -> Response:
     repository = _repository(request)
     try:
@@ -102,8 +339,22 @@ async def model_metadata(request: Request, model_name: str, model_version: int |
     return _json(_metadata(model, repository.ready_versions(model_name)))
 
 
-@router.get("/v2/models/{model_name}/ready")
-@router.get("/v2/models/{model_name}/versions/{model_version:int}/ready")
+@router.get(
+    "/v2/models/{model_name}/versions/{model_version:int}",
+    responses={200: _ok(_MODEL_METADATA_SCHEMA), **_MODEL_ERRORS},
+)
+async def model_version_metadata(request: Request, model_name: str, model_version: _VERSION) -> Response:
+    return await model_metadata(request, model_name, model_version)
+
+
+_READY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _ok(None, "The model version is ready"),
+    400: _error("Not ready (`Model version not ready`), unknown, or a malformed parameter"),
+    "4XX": _OTHER_CLIENT_ERRORS,
+}
+
+
+@router.get("/v2/models/{model_name}/ready", responses=_READY_RESPONSES)
 async def model_ready(request: Request, model_name: str, model_version: int | None = None) -> Response:
     try:
         model = _repository(request).get(model_name, model_version)
@@ -114,8 +365,18 @@ async def model_ready(request: Request, model_name: str, model_version: int | No
     return Response(status_code=200)
 
 
-@router.get("/v2/models/{model_name}/config")
-@router.get("/v2/models/{model_name}/versions/{model_version:int}/config")
+@router.get("/v2/models/{model_name}/versions/{model_version:int}/ready", responses=_READY_RESPONSES)
+async def model_version_ready(request: Request, model_name: str, model_version: _VERSION) -> Response:
+    return await model_ready(request, model_name, model_version)
+
+
+_CONFIG_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _ok({"type": "object"}, "The model's Triton configuration (JSON)"),
+    **_MODEL_ERRORS,
+}
+
+
+@router.get("/v2/models/{model_name}/config", responses=_CONFIG_RESPONSES)
 async def model_config(request: Request, model_name: str, model_version: int | None = None) -> Response:
     try:
         model = _repository(request).get(model_name, model_version)
@@ -124,16 +385,24 @@ async def model_config(request: Request, model_name: str, model_version: int | N
     return _json(model.spec.config)
 
 
-@router.post("/v2/models/{model_name}/infer")
-@router.post("/v2/models/{model_name}/versions/{model_version:int}/infer")
+@router.get("/v2/models/{model_name}/versions/{model_version:int}/config", responses=_CONFIG_RESPONSES)
+async def model_version_config(request: Request, model_name: str, model_version: _VERSION) -> Response:
+    return await model_config(request, model_name, model_version)
+
+
+@router.post("/v2/models/{model_name}/infer", **_INFER_DOC)
 async def infer(request: Request, model_name: str, model_version: int | None = None) -> Response:
     try:
         model = _repository(request).get(model_name, model_version)
         if not model.ready:
             raise model.not_ready_error()
         header_length = request.headers.get("inference-header-content-length")
-        body = decompress(await request.body(), request.headers.get("content-encoding"))
+        bounds = limits.LIMITS
+        bounds.check_content_length(request.headers.get("content-length"))
+        raw = await limits.read_limited(request.stream(), bounds)
+        body = decompress(raw, request.headers.get("content-encoding"), bounds.max_request_bytes)
         infer_request = decode_request(body, header_length, model_name=model.name, model_version=model.version)
+        bounds.check_request(infer_request)
         validate_request(model.spec.config, infer_request)
         response = await model.infer(infer_request)
         payload, headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
@@ -145,8 +414,15 @@ async def infer(request: Request, model_name: str, model_version: int | None = N
     return Response(payload, headers=headers, media_type=headers.pop("content-type", JSON))
 
 
-@router.get("/v2/models/{model_name}/stats")
-@router.get("/v2/models/{model_name}/versions/{model_version:int}/stats")
+@router.post("/v2/models/{model_name}/versions/{model_version:int}/infer", **_INFER_DOC)
+async def infer_version(request: Request, model_name: str, model_version: _VERSION) -> Response:
+    return await infer(request, model_name, model_version)
+
+
+_MODEL_STATISTICS_RESPONSES: dict[int | str, dict[str, Any]] = {200: _ok(_STATISTICS_SCHEMA), **_MODEL_ERRORS}
+
+
+@router.get("/v2/models/{model_name}/stats", responses=_MODEL_STATISTICS_RESPONSES)
 async def model_statistics(request: Request, model_name: str, model_version: int | None = None) -> Response:
     repository = _repository(request)
     try:
@@ -163,7 +439,12 @@ async def model_statistics(request: Request, model_name: str, model_version: int
     return _json({"model_stats": [m.statistics.as_dict() for m in models]})
 
 
-@router.post("/v2/repository/index")
+@router.get("/v2/models/{model_name}/versions/{model_version:int}/stats", responses=_MODEL_STATISTICS_RESPONSES)
+async def model_version_statistics(request: Request, model_name: str, model_version: _VERSION) -> Response:
+    return await model_statistics(request, model_name, model_version)
+
+
+@router.post("/v2/repository/index", responses={200: _ok(_INDEX_SCHEMA)})
 async def repository_index(request: Request) -> Response:
     """The read-only part of Triton's model repository extension: every model version with its
     state (READY / UNAVAILABLE / LOADING) and, for a failed load, the reason. Loading and unloading
@@ -171,6 +452,6 @@ async def repository_index(request: Request) -> Response:
     return _json(_repository(request).index())
 
 
-@router.get("/metrics")
+@router.get("/metrics", responses={200: _ok({"type": "string"}, "Prometheus text format", "text/plain")})
 async def prometheus_metrics() -> Response:
     return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)

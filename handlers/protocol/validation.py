@@ -74,7 +74,7 @@ def validate_request(config: Mapping[str, Any], request: InferRequest) -> None:
         raise _count_error(request, inputs, required, model, prefix)
 
     batched = max_batch_size > 0
-    batch_size = 0
+    first_batch: int | None = None
     for name, array in request.inputs.items():
         if not batched or inputs[name].get("is_shape_tensor", False):
             continue
@@ -82,12 +82,15 @@ def validate_request(config: Mapping[str, Any], request: InferRequest) -> None:
             raise invalid_argument(
                 f"{prefix}input '{name}' has no shape but model requires batch dimension for '{model}'"
             )
-        if batch_size == 0:
-            batch_size = array.shape[0]
-        elif array.shape[0] != batch_size:
+        # Triton keeps 0 as "not set yet", so a first input of batch 0 lets a second of any batch
+        # through (to fail in the backend); here every input must have the first one's batch.
+        if first_batch is None:
+            first_batch = array.shape[0]
+        elif array.shape[0] != first_batch:
             raise invalid_argument(
                 f"{prefix}input '{name}' batch size does not match other inputs for '{model}'"
             )
+    batch_size = first_batch or 0
     if batch_size > max_batch_size:
         raise invalid_argument(
             f"{prefix}inference request batch-size must be <= {max_batch_size} for '{model}'"

@@ -27,7 +27,7 @@ from typing import Any
 import jinja2
 
 from .. import __version__
-from ..repository.compile import MANIFEST_FILENAME, CompiledRepository
+from ..repository.compile import MANIFEST_FILENAME, CompiledModel, CompiledRepository
 from ..repository.discover import is_version_directory_name
 from .base_image import ARCH_PLATFORM, BaseImage
 from .errors import BuildError
@@ -137,23 +137,65 @@ def _copy_tree(source: Path, destination: Path) -> None:
     )
 
 
+def check_links(path: Path, allowed: tuple[Path, ...]) -> None:
+    """Refuse a symbolic link, at or under `path`, that leads outside every `allowed` folder
+    (resolved): copying follows links, so one to a host file (credentials, a home folder) would put
+    that file into the image. Hidden entries and __pycache__ are never copied, so not checked."""
+    bases = tuple(base.resolve() for base in allowed)
+    entries = [path]
+    if path.is_dir():
+        for folder, dirs, files in os.walk(path, followlinks=True):
+            dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+            entries += [Path(folder) / n for n in (*dirs, *files) if not n.startswith(".")]
+    for entry in entries:
+        if entry.is_symlink():
+            target = entry.resolve()
+            if not any(target.is_relative_to(base) for base in bases):
+                raise BuildError(
+                    f"{entry} is a symbolic link to {target}, outside the model repository: the image would "
+                    "ship that file; copy what the model needs into its directory instead"
+                )
+
+
+def _shipped_entries(model: CompiledModel) -> list[Path]:
+    """The entries of a model directory that go into the image: its files and folders, only the
+    selected versions, no hidden entries or __pycache__."""
+    selected = {str(v) for v in model.versions}
+    entries = []
+    for entry in sorted(model.path.iterdir()):
+        if entry.name.startswith(".") or entry.name == "__pycache__":
+            continue
+        if entry.is_dir():
+            numeric = entry.name.isascii() and entry.name.isdigit()
+            if numeric and (not is_version_directory_name(entry.name) or entry.name not in selected):
+                continue  # a version that is not served (or a folder Triton ignores)
+        elif not entry.is_file():
+            continue
+        entries.append(entry)
+    return entries
+
+
+def check_model_links(compiled: CompiledRepository) -> None:
+    """Links in what ships must stay inside the repository or the model's own directory
+    (checked before the output folder is touched)."""
+    for name in sorted(compiled.models):
+        model = compiled.models[name]
+        for entry in _shipped_entries(model):
+            check_links(entry, (compiled.root, model.path))
+
+
 def copy_models(compiled: CompiledRepository, repository: Path) -> dict[str, int]:
-    """Copy the selected models with only their selected versions; returns bytes per model."""
+    """Copy the selected models with only their selected versions; returns bytes per model.
+    Links are followed: call check_model_links first (render_context does)."""
     sizes: dict[str, int] = {}
     for name in sorted(compiled.models):
         model = compiled.models[name]
         destination = repository / model.path.relative_to(compiled.root)
         destination.mkdir(parents=True)
-        selected = {str(v) for v in model.versions}
-        for entry in sorted(model.path.iterdir()):
-            if entry.name.startswith(".") or entry.name == "__pycache__":
-                continue
+        for entry in _shipped_entries(model):
             if entry.is_dir():
-                numeric = entry.name.isascii() and entry.name.isdigit()
-                if numeric and (not is_version_directory_name(entry.name) or entry.name not in selected):
-                    continue  # a version that is not served (or a folder Triton ignores)
                 _copy_tree(entry, destination / entry.name)
-            elif entry.is_file():
+            else:
                 shutil.copyfile(entry, destination / entry.name)
         sizes[name] = sum(p.stat().st_size for p in destination.rglob("*") if p.is_file())
     compiled.write_manifest(repository / MANIFEST_FILENAME)
@@ -296,6 +338,7 @@ def render_context(
     python_models: list[str],
 ) -> BuildContext:
     """Write the build context for `plan` into `output` (emptied first)."""
+    check_model_links(compiled)
     prepare_output(output)
     repository = output / "repository"
     repository.mkdir()
