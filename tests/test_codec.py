@@ -1212,3 +1212,17 @@ def test_classification_labels_and_unsupported_types() -> None:
 def test_encode_error() -> None:
     assert orjson.loads(encode_error(InferenceError('bad "x"'))) == {"error": 'bad "x"'}
     assert orjson.loads(encode_error("plain")) == {"error": "plain"}
+
+
+def test_output_that_does_not_fit_its_configured_datatype_is_a_clear_internal_error():
+    """A Python model returning text for an FP32 output: a 500 naming the output and both types."""
+    from handlers.errors import ErrorCode
+    from handlers.inference import InferRequest, InferResponse
+    from handlers.protocol.codec import encode_response
+
+    config = {"max_batch_size": 0, "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [2]}]}
+    response = InferResponse("m", 1, {"OUT": np.array(["a", "b"], dtype=object)})
+    with pytest.raises(InferenceError) as raised:
+        encode_response(response, InferRequest("m", 1, {}), config)
+    assert raised.value.code is ErrorCode.INTERNAL
+    assert "output 'OUT' of model 'm' holds object data" in raised.value.message and "FP32" in raised.value.message

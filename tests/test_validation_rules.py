@@ -513,3 +513,19 @@ def test_python_model_that_cannot_be_imported_is_invalid(tmp_path, source, messa
     error = result.failures["broken"]
     assert error.message == message
     assert error.file.endswith("broken/1/model.py") and error.line == line
+
+
+def test_label_file_must_stay_inside_the_model_directory(tmp_path):
+    from toolkit.repository.compile import compile_repository
+    import model_builders as mb
+
+    repo = tmp_path / "models"
+    mb.identity(repo / "m" / "1" / "model.onnx", {"IN": ("FP32", ["N", 4])}, ["OUT"])
+    (tmp_path / "outside.txt").write_text("a\nb\nc\nd\n")
+    (repo / "m" / "config.pbtxt").write_text(
+        'backend: "onnxruntime"\nmax_batch_size: 4\n'
+        'input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] label_filename: "../../outside.txt" } ]\n'
+    )
+    error = compile_repository(repo).failures["m"]
+    assert "outside the model directory" in error.message and error.line == 4

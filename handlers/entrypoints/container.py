@@ -8,6 +8,8 @@ Environment:
   TOOLKIT_EXIT_ON_ERROR  "0" keeps serving when a model fails to load (it stays unready)
   TOOLKIT_GRACEFUL_SECONDS  drain budget on SIGTERM (default 9: Cloud Run gives 10 s)
   TOOLKIT_LOG_LEVEL      default info
+  TOOLKIT_MAX_REQUEST_BYTES, TOOLKIT_MAX_TENSOR_ELEMENTS  request limits (413 above them;
+                         docs/runtime.md)
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ import numpy as np
 import orjson
 
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type, from_numpy, numpy_dtype
-from ..errors import InferenceError, invalid_argument, not_found
+from ..errors import InferenceError, internal, invalid_argument, not_found
 from ..inference import InferRequest, InferResponse, RequestedOutput
 from .binary import (
     BytesContext,
@@ -559,9 +559,16 @@ def encode_response(
             array = _classify(array, datatype, class_count, batched, (labels or {}).get(name))
             datatype = "BYTES"
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
-        data = None if binary else _json_data(array, datatype)
+        try:
+            data = None if binary else _json_data(array, datatype)
+            raw = _binary_data(array, datatype) if data is None else None
+        except (ValueError, TypeError, OverflowError) as exc:
+            # the model returned something its config does not declare (a Python model's bug)
+            raise internal(
+                f"output '{name}' of model '{response.model_name}' holds {array.dtype} data that cannot be "
+                f"sent as its configured datatype {datatype}: {exc}"
+            ) from None
         if data is None:  # binary requested, or BYTES that are not UTF-8 (JSON cannot carry them)
-            raw = _binary_data(array, datatype)
             size = len(raw) if isinstance(raw, bytes) else raw.nbytes
             entry["parameters"] = {"binary_data_size": size}
             if size:

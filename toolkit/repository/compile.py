@@ -344,7 +344,15 @@ def _load_backend_model(
     validate_model_io_config(config)
     for output in config.output:
         if output.label_filename:
-            label_path = model.path.absolute() / output.label_filename
+            # Triton's JoinPath appends even an absolute name to the model directory
+            label_path = model.path.absolute() / output.label_filename.lstrip("/")
+            if not label_path.resolve().is_relative_to(model.path.resolve()):
+                raise ModelError(
+                    f"label_filename '{output.label_filename}' of output '{output.name}' resolves to "
+                    f"'{label_path.resolve()}', outside the model directory",
+                    hint=f'"{output.label_filename}"',
+                    detail="label files must stay inside the model directory (the runtime refuses others)",
+                )
             if not label_path.is_file():
                 raise ModelError(
                     f"failed to open text file for read {label_path}: No such file or directory",
