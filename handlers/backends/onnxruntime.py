@@ -33,10 +33,31 @@ class ModelLoadError(Exception):
     """A model (instance) cannot be created; the message says why and what to do."""
 
 
+def _installed_onnxruntime_distributions() -> list[str]:
+    from importlib import metadata
+
+    found = []
+    for name in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"):
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue
+        found.append(name)
+    return found
+
+
 def _ort():
+    distributions = _installed_onnxruntime_distributions()
+    if len(distributions) > 1:
+        # They install the same `onnxruntime` module over each other: which one loads is an accident.
+        raise ModelLoadError(
+            f"{' and '.join(distributions)} are all installed; they ship the same `onnxruntime` module and "
+            f"overwrite each other. Keep exactly one: pip uninstall -y {' '.join(distributions)} && pip install "
+            "'triton-serverless-toolkit[cpu]' (or [gpu])"
+        )
     try:
         import onnxruntime
-    except ImportError as exc:  # pragma: no cover - depends on the installed extra
+    except ImportError as exc:  # depends on the installed extra
         raise ModelLoadError(
             "onnxruntime is not installed: install the runtime extra, e.g. "
             "pip install 'triton-serverless-toolkit[cpu]' (or [gpu])"
