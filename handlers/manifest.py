@@ -50,6 +50,11 @@ class Manifest:
             raise ValueError(f"unsupported manifest format {data.get('format')!r} (expected {MANIFEST_FORMAT})")
         models: dict[str, ModelSpec] = {}
         for entry in data["models"]:
+            if entry.get("autocomplete") == "image":
+                raise ValueError(
+                    f"model '{entry['name']}' still waits for its auto_complete_config() to run in the image build "
+                    "(python -m handlers.backends.python.complete MANIFEST); this manifest was not completed"
+                )
             directory = (root / entry["path"]).resolve()
             models[entry["name"]] = ModelSpec(
                 name=entry["name"],

@@ -46,9 +46,13 @@ class WarmupSample:
         `reshape`, as Triton's PrepareForInference does for warmup requests)."""
         from .protocol.validation import validate_request
 
+        # Triton accepts warmup inputs the model does not have (sequence control inputs are added
+        # that way) and the compiler warns about them; they never reach the model.
+        model_inputs = {io["name"] for io in spec.config.get("input", [])}
+        inputs = {name: array for name, array in self.inputs.items() if name in model_inputs}
         requests = []
         for _ in range(self.batch_size):
-            request = InferRequest(spec.name, version, dict(self.inputs), id=f"warmup:{self.name}", batch_size=1)
+            request = InferRequest(spec.name, version, dict(inputs), id=f"warmup:{self.name}", batch_size=1)
             try:
                 validate_request(spec.config, request)
             except InferenceError as exc:

@@ -11,6 +11,9 @@ they are missing the tests skip, unless TOOLKIT_REQUIRE_DOCKER=1 (CI sets it): t
   uid); the real awslambdaric inside it polls toolkit.build.lambda_emulator's Runtime API, and
   tritonclient talks to it through the emulated Function URL.
 - push: to a local registry (docker-registry from apt) and pulled back.
+- python auto-complete: a python model whose auto_complete_config imports a package that only its
+  requirements.txt brings (a local wheel built here) is completed by the image build; the
+  running container serves the completed config.
 """
 
 from __future__ import annotations
@@ -77,12 +80,14 @@ def docker(env: dict[str, str], *args: str, check: bool = True, timeout: float =
     return result
 
 
-def toolkit_build(env: dict[str, str], output: Path, *args: str) -> dict:
-    command = [sys.executable, "-m", "toolkit.cli", "build", str(QUICKSTART), "--base-image", BASE_IMAGE,
+def toolkit_build(env: dict[str, str], output: Path, *args: str, repository: Path = QUICKSTART) -> dict:
+    command = [sys.executable, "-m", "toolkit.cli", "build", str(repository), "--base-image", BASE_IMAGE,
                "--builder", "docker", "--output", str(output), "-q", *args]
     result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr
-    return json.loads((output / "build-report.json").read_text())
+    report = json.loads((output / "build-report.json").read_text())
+    report["output"] = result.stdout + result.stderr
+    return report
 
 
 def wait_ready(url: str, container: str, env: dict[str, str], timeout: float = 180) -> None:
@@ -267,3 +272,60 @@ def test_buildah_builds_the_same_context(engine: dict[str, str], tmp_path: Path)
         assert "runtime ok" in out
     finally:
         run("rm", container)
+
+
+def test_python_model_auto_completed_by_the_image_build(engine: dict[str, str], tmp_path: Path) -> None:
+    """The model imports `acme_features` in auto_complete_config; only the image has it (a local
+    wheel named in the model's requirements.txt), so the Dockerfile completes its config."""
+    from test_python_autocomplete_build import ENSEMBLE_PBTXT, MODEL_PY, SCORE_PBTXT, SCORE_PY, write_model
+
+    import importlib.util
+
+    assert importlib.util.find_spec("acme_features") is None  # the host cannot run auto_complete_config
+    source = tmp_path / "acme-src"
+    (source / "acme_features").mkdir(parents=True)
+    (source / "acme_features" / "__init__.py").write_text("MAX_BATCH = 8\nWIDTH = 3\n")
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "acme-features"\nversion = "0.1"\n'
+    )
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w", str(wheels), str(source)],
+        check=False, capture_output=True, text=True, timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = wheels.glob("acme_features-0.1-*.whl")
+
+    repo = tmp_path / "models"
+    write_model(repo, "featurize", MODEL_PY, requirements=f"../../wheels/{wheel.name}\n")  # relative to the file
+    write_model(repo, "score", SCORE_PY, SCORE_PBTXT, requirements="")
+    (repo / "pipeline" / "1").mkdir(parents=True)
+    (repo / "pipeline" / "config.pbtxt").write_text(ENSEMBLE_PBTXT.lstrip())
+
+    output = tmp_path / "ctx"
+    report = toolkit_build(engine, output, "--target", "cloudrun", repository=repo)
+    assert "python model 'featurize': its auto_complete_config imports 'acme_features'" in report["output"]
+    assert report["python_deps"]["acme-features"] == "0.1"
+    shipped = json.loads((output / "repository" / "models.json").read_text())
+    assert {e["name"]: e.get("autocomplete") for e in shipped["models"]}["featurize"] == "image"  # the context's copy
+
+    port = free_port()
+    container = docker(
+        engine, "run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp", "-e", f"PORT={port}",
+        "-e", "TOOLKIT_HOST=127.0.0.1", report["image"],
+    ).stdout.strip()
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", container, engine)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        metadata = client.get_model_metadata("featurize")
+        assert metadata["inputs"] == [{"name": "TEXT", "datatype": "BYTES", "shape": [-1, 1]}]
+        assert metadata["outputs"] == [{"name": "FEATURES", "datatype": "FP32", "shape": [-1, 3]}]
+        config = client.get_model_config("featurize")
+        assert config["max_batch_size"] == 8 and config["dynamic_batching"]["preferred_batch_size"] == [8]
+        raw = httpclient.InferInput("RAW", [2, 1], "BYTES")
+        raw.set_data_from_numpy(np.array([[b"abc"], [b"hello"]], dtype=object))
+        result = client.infer("pipeline", [raw])
+        np.testing.assert_array_equal(result.as_numpy("SCORE"), [[6.0] * 3, [10.0] * 3])
+    finally:
+        docker(engine, "rm", "-f", container, check=False)

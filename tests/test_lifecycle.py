@@ -159,3 +159,22 @@ def test_failed_model_fails_startup_by_default(slow_repo, tmp_path):
         assert _status(f"{server.http}/v2/models/add_sub/ready")[0] == 200
         assert _status(f"{server.http}/v2/models/on_gpu/ready")[0] == 400
         assert _status(f"{server.http}/v2/health/ready")[0] == 400  # not every model is ready
+
+
+def test_warmup_inputs_the_model_does_not_have_are_ignored(tmp_path):
+    """Triton accepts them (the compiler warns); the runtime must load the model anyway."""
+    repo = tmp_path / "models"
+    mb.add_sub(repo / "add_sub" / "1" / "model.onnx")
+    write_config(repo, "add_sub", """
+        backend: "onnxruntime"
+        max_batch_size: 4
+        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        model_warmup [ { name: "w" batch_size: 2
+          inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [ 16 ] zero_data: true } }
+          inputs { key: "INPUT1" value: { data_type: TYPE_FP32 dims: [ 16 ] zero_data: true } }
+          inputs { key: "EXTRA" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } } } ]
+    """)
+    with serve(repo, "--device", "cpu") as server:
+        stats = json.loads(_status(f"{server.http}/v2/models/add_sub/stats")[1])["model_stats"][0]
+        assert stats["inference_count"] == 2 * 2  # two instances warmed with two batch-1 requests each

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .. import __version__
-from ..repository.compile import CompiledRepository, compile_repository
+from ..repository.compile import AUTOCOMPLETE_IMAGE, CompiledRepository, compile_repository
 from ..repository.discover import ensure_repository
 from ..repository.errors import RepositoryError
 from ..repository.model_config import ModelInstanceGroup, read_config_file
@@ -34,7 +34,6 @@ from .base_image import (
 from .builders import Builder, check_platform_buildable, detect_builder, printable_command, wait_ready
 from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
 from .errors import BuildError, BuildOptionError
-from .hooks import python_models
 from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
 from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_requirements
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
@@ -132,10 +131,14 @@ def _gpu_requested(compiled: CompiledRepository) -> list[str]:
 
 
 def _compile(options: BuildOptions, target: Target, ui: BuildUI) -> tuple[CompiledRepository, str, list[str]]:
+    """Compile for the image: python models whose auto_complete_config needs a package that is
+    not installed here are left for the image build (toolkit/build/hooks.py)."""
     ui.step(f"compiling {options.repository}")
     try:
         root = ensure_repository(options.repository)
-        compiled = compile_repository(root, options.models, "cpu", auto_complete=options.auto_complete)
+        compiled = compile_repository(
+            root, options.models, "cpu", auto_complete=options.auto_complete, python_autocomplete=AUTOCOMPLETE_IMAGE
+        )
     except (RepositoryError, ValueError) as exc:
         raise BuildError(str(exc)) from None
     _raise_failures(compiled)
@@ -143,11 +146,24 @@ def _compile(options: BuildOptions, target: Target, ui: BuildUI) -> tuple[Compil
     device = "cpu"
     if target.gpu and (options.device == "gpu" or (options.device == "auto" and gpu_models)):
         device = "gpu"
-        compiled = compile_repository(root, options.models, device, auto_complete=options.auto_complete)
+        compiled = compile_repository(
+            root, options.models, device, auto_complete=options.auto_complete, python_autocomplete=AUTOCOMPLETE_IMAGE
+        )
         _raise_failures(compiled)
     if not compiled.models:
         raise BuildError(f"no models to build: the repository {options.repository} has none")
+    for name in completed_in_image(compiled):
+        ui.step(
+            f"python model '{name}': {compiled.models[name].autocomplete_reason}; its auto_complete_config runs in "
+            "the image build, after its requirements.txt is installed"
+        )
     return compiled, device, gpu_models
+
+
+def completed_in_image(compiled: CompiledRepository) -> list[str]:
+    """The python models whose config the image build completes (their auto_complete_config
+    imports a package that is only installed into the image)."""
+    return sorted(n for n, m in compiled.models.items() if m.autocomplete == AUTOCOMPLETE_IMAGE)
 
 
 def _raise_failures(compiled: CompiledRepository) -> None:
@@ -277,9 +293,9 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         runtime, _model_requirements(compiled), base, cache_dir=options.wheel_cache, refresh=options.refresh_wheels,
         progress=ui.line,
     )
-    pythons = python_models((n, m.backend) for n, m in compiled.models.items())
+    deferred = completed_in_image(compiled)
     ui.step(f"writing build context {output}")
-    context = render_context(plan, compiled, wheelhouse, output, pythons)
+    context = render_context(plan, compiled, wheelhouse, output, deferred)
     tag = options.tag or context.default_tag
     reference = f"{name}:{tag}"
     tags = [reference]
@@ -303,10 +319,10 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
             "major": runtime.cuda.cuda_major, "min_driver": runtime.cuda.min_driver,
             "onnxruntime": runtime.cuda.onnxruntime.spec, "note": runtime.cuda.note,
         }
-    if pythons:
+    if deferred:
         report.warnings.append(
-            f"python models ({', '.join(pythons)}): auto_complete_config() is not run at build time yet "
-            "(toolkit/build/hooks.py); their configs ship as compiled on this host"
+            f"python models {', '.join(deferred)}: auto_complete_config runs in the image build (it needs their "
+            "requirements.txt), so this report shows their configs before it (max batch size, batching)"
         )
     write_metadata(context, {
         "toolkit_version": __version__, "name": name, "tag": tag, "image": reference, "push": pushed,

@@ -10,9 +10,15 @@ Resolution runs in two steps: the requirements installed with their dependencies
 together; the `no_deps` ones (ONNX Runtime) are then downloaded alone. A pip wheel is added to
 bootstrap the install in base images that have no pip (it is not installed into the image).
 
+A model's requirements.txt may name local wheels (`./wheels/acme-0.1-py3-none-any.whl`,
+`--find-links ./wheels`): paths are relative to the requirements.txt's folder, as one expects
+(pip takes a requirement's path relative to its working directory, so the file is handed to pip
+with such paths made absolute); a path that does not exist is an error naming the file and line.
+
 Wheelhouses are cached by everything that decides their content (requirements, model
-requirement files, Python, platform tags, pip's index settings), so rebuilding the same inputs
-gives the same wheels and the same context digest. `refresh=True` resolves again.
+requirement files and the local files they name, Python, platform tags, pip's index settings),
+so rebuilding the same inputs gives the same wheels and the same context digest. `refresh=True`
+resolves again.
 """
 
 from __future__ import annotations
@@ -76,6 +82,18 @@ class Wheel:
         return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
 
 
+# Requirement-file options whose value is a path (pip resolves -r/-c and existing --find-links
+# folders relative to the file; they are made absolute all the same).
+_PATH_OPTIONS = ("-r", "--requirement", "-c", "--constraint", "-f", "--find-links")
+_ARCHIVE_SUFFIXES = (".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz", ".tar.xz", ".txz", ".tar")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def _looks_like_path(token: str) -> bool:
+    """A requirement that pip takes as a local path rather than a project name."""
+    return token.startswith((".", "/", "~")) or "/" in token or token.lower().endswith(_ARCHIVE_SUFFIXES)
+
+
 @dataclass(frozen=True)
 class ModelRequirements:
     """A model's requirements.txt (Python-backend models' own dependencies)."""
@@ -85,6 +103,54 @@ class ModelRequirements:
 
     def text(self) -> str:
         return self.path.read_text(encoding="utf-8")
+
+    def _local(self, value: str, line: int, *, must_exist: bool) -> Path:
+        """`value` (not a URL) as a path relative to this file's folder."""
+        path = (self.path.parent / Path(value).expanduser()).resolve()
+        if must_exist and not path.exists():
+            raise BuildError(
+                f"{self.path}:{line}: '{value}' does not exist (model '{self.model}'; local paths in requirements.txt "
+                f"are relative to its folder, {self.path.parent})"
+            )
+        return path
+
+    def resolved(self) -> tuple[str, list[Path]]:
+        """The file's text with local paths made absolute (comments dropped), and the local
+        files and folders it names (their content is part of the wheelhouse's cache key)."""
+        lines: list[str] = []
+        local: list[Path] = []
+        raw = self.text().splitlines()
+        index = 0
+        while index < len(raw):
+            number, text = index + 1, raw[index]
+            while text.endswith("\\") and index + 1 < len(raw):  # pip joins continued lines
+                index += 1
+                text = text[:-1] + raw[index]
+            index += 1
+            content = re.sub(r"(^|\s)#.*$", "", text).strip()  # pip's comment rule
+            lines.append(self._resolve_line(content, number, local) if content else "")
+        return "\n".join(lines) + "\n", local
+
+    def _resolve_line(self, content: str, line: int, local: list[Path]) -> str:
+        if content.startswith("-"):
+            match = re.match(r"^(--?[A-Za-z-]+)(?:\s*=\s*|\s+)(\S+)(.*)$", content)
+            if match is None or match[1] not in _PATH_OPTIONS or _URL.match(match[2]):
+                return content
+            option, value, rest = match[1], match[2], match[3]
+            if option in ("-f", "--find-links"):
+                path = self._local(value, line, must_exist=False)
+                if not path.exists():
+                    return content  # pip looks for it elsewhere (and says so)
+            else:
+                path = self._local(value, line, must_exist=True)
+            local.append(path)
+            return f"{option} {path}{rest}"
+        token = content.split(None, 1)[0].split(";", 1)[0]
+        if _URL.match(token) or not _looks_like_path(token):
+            return content  # a project name, or a URL
+        path = self._local(token, line, must_exist=True)
+        local.append(path)
+        return f"{path}{content[len(token):]}"
 
 
 @dataclass
@@ -144,13 +210,33 @@ def _pip_settings() -> dict[str, str]:
     return {k: v for k, v in sorted(os.environ.items()) if k in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS")}
 
 
+def _local_digest(path: Path) -> str:
+    """sha256 of a local file, or of a folder's files (name, size, content) one level deep."""
+    if path.is_file():
+        return _sha256(path)
+    entries = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else []
+    return hashlib.sha256("".join(f"{p.name}\0{_sha256(p)}\n" for p in entries).encode()).hexdigest()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def cache_key(runtime: RuntimeSet, model_requirements: Iterable[ModelRequirements], base: BaseImage) -> str:
+    models = []
+    for m in model_requirements:
+        _, local = m.resolved()
+        models.append([m.model, m.text(), [[str(p), _local_digest(p)] for p in local]])
     document = {
         "python": base.python,
         "platforms": base.wheel_platforms(),
         "resolved": [r.spec for r in runtime.resolved],
         "no_deps": [r.spec for r in runtime.no_deps],
-        "models": [[m.model, m.text()] for m in model_requirements],
+        "models": models,
         "pip": _pip_settings(),
     }
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()
@@ -240,10 +326,14 @@ def _download(
     resolved_in = dest / "runtime.in"
     resolved_in.write_text("\n".join(r.spec for r in runtime.resolved) + "\n")
     command = [*_pip_base(base), "--dest", str(dest), "-r", str(resolved_in)]
-    for model in model_requirements:
-        command += ["-r", str(model.path)]
     what = "runtime dependencies" + (" and model requirements" if model_requirements else "")
-    _run_pip(command, what, progress)
+    with tempfile.TemporaryDirectory(prefix="toolkit-requirements-") as folder:
+        for index, model in enumerate(model_requirements):
+            # the model's file with its local paths made absolute (see the module doc)
+            copy = Path(folder) / f"{index}-{model.model}.txt"
+            copy.write_text(model.resolved()[0], encoding="utf-8")
+            command += ["-r", str(copy)]
+        _run_pip(command, what, progress)
     resolved = {Wheel.from_file(p).name for p in dest.glob("*.whl")}
     pulled = sorted(resolved & ONNXRUNTIME_DISTRIBUTIONS)
     if pulled:

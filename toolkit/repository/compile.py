@@ -51,6 +51,10 @@ from .warmup import validate_warmup
 
 MANIFEST_FORMAT = 1
 MANIFEST_FILENAME = "models.json"
+# Where python models' auto_complete_config runs (compile_repository's `python_autocomplete`):
+# here only, or here and, for models whose dependencies are not installed here, in the image build.
+AUTOCOMPLETE_HOST = "host"
+AUTOCOMPLETE_IMAGE = "image"
 
 
 @dataclass
@@ -63,19 +67,26 @@ class CompiledModel:
     versions: list[int]
     model_files: dict[int, str]  # version -> path relative to the model directory
     warnings: list[str] = field(default_factory=list)
+    # "image": auto_complete_config could not run here (a dependency is missing) and runs in the
+    # image build (handlers/backends/python/complete.py); `config` is the config it receives.
+    autocomplete: str | None = None
+    autocomplete_reason: str | None = None
 
     @property
     def backend(self) -> str:
         return self.config.get("backend") or self.config.get("platform", "")
 
     def manifest_entry(self, root: Path) -> dict[str, Any]:
-        return {
+        entry = {
             "name": self.name,
             "path": self.path.relative_to(root).as_posix() if self.path.is_relative_to(root) else str(self.path),
             "versions": self.versions,
             "model_files": {str(v): f for v, f in self.model_files.items()},
             "config": self.config,
         }
+        if self.autocomplete is not None:
+            entry["autocomplete"] = self.autocomplete
+        return entry
 
 
 @dataclass
@@ -257,20 +268,31 @@ def _check_python_source(model: ModelDirectory, model_files: dict[int, str]) -> 
             )
 
 
-def _python_auto_complete(model: ModelDirectory, config: Message, versions: list[int]) -> None:
+def _python_auto_complete(model: ModelDirectory, config: Message, versions: list[int], where: str) -> str | None:
     """The python backend's auto-complete: model.py's `auto_complete_config` (python_autocomplete.py
     runs it in a process of its own). Without one, tritonserver keeps the config as it is, so a
-    model.py that plainly has none is not started."""
+    model.py that plainly has none is not started.
+
+    With `where` AUTOCOMPLETE_IMAGE, a model whose auto_complete_config imports a module that is
+    not installed here is left for the image build (its requirements.txt is installed there):
+    the reason is returned and `config` is unchanged."""
     version_dir = model.version_path(max(versions))
     model_py = version_dir / (config.default_model_filename or "model.py")
     if not model_py.is_file() or _defines_auto_complete_config(model_py) is not True:
         # A missing model.py is reported with the model files; one that does not parse or has
         # no plain TritonPythonModel class fails when its instances load (the stub's error):
         # user code runs at build time only when auto_complete_config needs it.
-        return
+        return None
     from . import python_autocomplete
 
-    python_autocomplete.autocomplete(config, model.path, version_dir, model_file=model_py)
+    try:
+        python_autocomplete.autocomplete(config, model.path, version_dir, model_file=model_py)
+    except python_autocomplete.MissingDependencyError as exc:
+        if where != AUTOCOMPLETE_IMAGE:
+            raise
+        what = f"'{exc.module}'" if exc.module else "a module"
+        return f"its auto_complete_config imports {what}, which is not installed here"
+    return None
 
 
 def load_model(
@@ -280,6 +302,7 @@ def load_model(
     auto_complete: bool = True,
     versions: list[int] | None = None,
     warnings: list[str] | None = None,
+    python_autocomplete: str = AUTOCOMPLETE_HOST,
 ) -> CompiledModel:
     """The load stage: what tritonserver checks while it loads a model whose config it accepted."""
     warnings = [] if warnings is None else warnings
@@ -289,7 +312,7 @@ def load_model(
         if config.platform == ENSEMBLE_PLATFORM:
             return CompiledModel(model.name, model.path, to_triton_json(config), versions, {}, warnings)
         try:
-            return _load_backend_model(model, config, device, auto_complete, versions, warnings)
+            return _load_backend_model(model, config, device, auto_complete, versions, warnings, python_autocomplete)
         except ModelError as exc:
             if exc.versions is None:
                 exc.versions = list(versions)
@@ -305,6 +328,7 @@ def _load_backend_model(
     auto_complete: bool,
     versions: list[int],
     warnings: list[str],
+    python_autocomplete: str = AUTOCOMPLETE_HOST,
 ) -> CompiledModel:
     backend = config.backend
     servable = backend in SUPPORTED_BACKENDS
@@ -327,6 +351,7 @@ def _load_backend_model(
         for v, f in model_files.items():
             signatures[v] = onnx_autocomplete.read_signature(model.path / f, model.name)
 
+    deferred: str | None = None  # why auto_complete_config is left for the image build
     if backend == ONNXRUNTIME_BACKEND and auto_complete:
         # The backend's model init reads the model and auto-completes the config.
         find_files()
@@ -339,9 +364,40 @@ def _load_backend_model(
         find_files()
         _check_python_source(model, model_files)
         if auto_complete:
-            _python_auto_complete(model, config, versions)
+            deferred = _python_auto_complete(model, config, versions, python_autocomplete)
 
-    validate_model_io_config(config)
+    # A model left for the image build: what depends on its completed inputs and outputs is
+    # checked there (handlers/backends/python/complete.py), after auto_complete_config.
+    if deferred is None:
+        validate_model_io_config(config)
+        _check_label_files(model, config)
+
+    if servable and not model_files:
+        find_files()  # the instances load the model file
+    if backend == ONNXRUNTIME_BACKEND:
+        if not signatures:
+            read_signatures()
+        for inputs, outputs in signatures.values():
+            onnx_autocomplete.validate_against_model(config, inputs, outputs)
+
+    if deferred is None:
+        validate_warmup(config, model.path, warnings)
+        _warn_duplicate_tensors(config, warnings)
+    check_supported(config)
+
+    return CompiledModel(
+        name=model.name,
+        path=model.path,
+        config=to_triton_json(config),
+        versions=versions,
+        model_files=model_files,
+        warnings=warnings,
+        autocomplete=AUTOCOMPLETE_IMAGE if deferred else None,
+        autocomplete_reason=deferred,
+    )
+
+
+def _check_label_files(model: ModelDirectory, config: Message) -> None:
     for output in config.output:
         if output.label_filename:
             # Triton's JoinPath appends even an absolute name to the model directory
@@ -360,27 +416,6 @@ def _load_backend_model(
                     code=CODE_INTERNAL,
                     detail=f"label_filename of output '{output.name}' is relative to the model directory",
                 )
-
-    if servable and not model_files:
-        find_files()  # the instances load the model file
-    if backend == ONNXRUNTIME_BACKEND:
-        if not signatures:
-            read_signatures()
-        for inputs, outputs in signatures.values():
-            onnx_autocomplete.validate_against_model(config, inputs, outputs)
-
-    validate_warmup(config, model.path, warnings)
-    _warn_duplicate_tensors(config, warnings)
-    check_supported(config)
-
-    return CompiledModel(
-        name=model.name,
-        path=model.path,
-        config=to_triton_json(config),
-        versions=versions,
-        model_files=model_files,
-        warnings=warnings,
-    )
 
 
 def _warn_duplicate_tensors(config: Message, warnings: list[str]) -> None:
@@ -405,17 +440,53 @@ def compile_model(model: ModelDirectory, device: Device, auto_complete: bool = T
 # --- repository -----------------------------------------------------------------------------------
 
 
+def _without_deferred_steps(ensembles: dict[str, Message], result: CompiledRepository) -> dict[str, Message]:
+    """The ensemble configs to resolve: an ensemble's steps that call a model left for the image
+    build are left out of the copy that is checked here (their tensors are checked in the image,
+    against the completed config); the other steps, dependencies and versions are checked here.
+    Steps that require a version the model does not load stay, so that error is reported here."""
+    deferred = {n for n, m in result.models.items() if m.autocomplete == AUTOCOMPLETE_IMAGE}
+    checked: dict[str, Message] = {}
+    for name, config in ensembles.items():
+        steps = config.ensemble_scheduling.step
+        strip = {s.model_name for s in steps if s.model_name in deferred} - {
+            s.model_name
+            for s in steps
+            if s.model_name in deferred and s.model_version != -1
+            and s.model_version not in result.models[s.model_name].versions
+        }
+        if not strip:
+            checked[name] = config
+            continue
+        copy = ModelConfig()
+        copy.CopyFrom(config)
+        del copy.ensemble_scheduling.step[:]
+        copy.ensemble_scheduling.step.extend(s for s in steps if s.model_name not in strip)
+        checked[name] = copy
+    return checked
+
+
 def compile_repository(
     root: Path | str,
     models: Iterable[str] | None = None,
     device: Device | str = "cpu",
     auto_complete: bool = True,
+    python_autocomplete: str = AUTOCOMPLETE_HOST,
 ) -> CompiledRepository:
     """Compile a repository. `models` mirrors tritonserver's `--load-model` (explicit mode):
-    only those models, plus the composing models of selected ensembles (nested ones too)."""
+    only those models, plus the composing models of selected ensembles (nested ones too).
+
+    `python_autocomplete`: AUTOCOMPLETE_HOST runs python models' auto_complete_config here, and a
+    module it cannot import is an error (`toolkit validate`, `serve`); AUTOCOMPLETE_IMAGE (`toolkit
+    build`) leaves such models for the image build, marked `"autocomplete": "image"` in the
+    manifest, and skips the checks that need their completed inputs and outputs: IO, label files
+    and warmup (CompiledModel.autocomplete), and the tensors that ensembles exchange with them.
+    The image build's completion step runs those (handlers/backends/python/complete.py)."""
     root = Path(root)
     if isinstance(device, str):
         device = Device.parse(device)
+    if python_autocomplete not in (AUTOCOMPLETE_HOST, AUTOCOMPLETE_IMAGE):
+        raise ValueError(f"python_autocomplete must be '{AUTOCOMPLETE_HOST}' or '{AUTOCOMPLETE_IMAGE}', not {python_autocomplete!r}")
     directories = {m.name: m for m in list_models(root)}
     result = CompiledRepository(root=root, device=device)
 
@@ -460,19 +531,22 @@ def compile_repository(
         if config is None or config.platform == ENSEMBLE_PLATFORM:
             continue
         try:
-            result.models[name] = load_model(directories[name], config, device, auto_complete)
+            result.models[name] = load_model(
+                directories[name], config, device, auto_complete, python_autocomplete=python_autocomplete
+            )
         except ModelError as exc:
             result.failures[name] = exc
 
     # Ensembles: dependency graph, composing models, then their own load.
-    resolve_ensembles(
-        result,
-        {n: c for n, c in configs.items() if c.platform == ENSEMBLE_PLATFORM},
-        set(configs),
-        lambda name, warnings: load_model(
-            directories[name], configs[name], device, auto_complete, warnings=warnings
-        ),
-    )
+    ensembles = {n: c for n, c in configs.items() if c.platform == ENSEMBLE_PLATFORM}
+    checked = _without_deferred_steps(ensembles, result)
+
+    def load_ensemble(name: str, warnings: list[str]) -> CompiledModel:
+        if checked[name] is not configs[name]:  # resolve_ensembles set the policy on the copy it checked
+            configs[name].model_transaction_policy.CopyFrom(checked[name].model_transaction_policy)
+        return load_model(directories[name], configs[name], device, auto_complete, warnings=warnings)
+
+    resolve_ensembles(result, checked, set(configs), load_ensemble)
     for name, error in result.failures.items():
         if error.stage == STAGE_ENSEMBLE:
             locate(error, directories[name], STAGE_ENSEMBLE)

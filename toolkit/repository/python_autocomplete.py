@@ -2,19 +2,21 @@
 
 Triton runs a python model's static `auto_complete_config(auto_complete_model_config)` when it
 loads the model with auto-complete enabled (the default), after its own normalisation, then keeps
-only part of what the model returns (core backend_model.cc, `TritonModel::UpdateModelConfig`):
+only part of what the model returns (`TritonModel::UpdateModelConfig`) and normalises again.
+Those rules live in the runtime package, on Triton's config JSON, so that the image build's
+completion step applies the very same code (handlers/backends/python/config_update.py); this
+module converts the compiler's protobuf config to JSON and back around them, then runs
+ValidateModelConfig again, as tritonserver's Model::Init does (the compiler then runs
+ValidateModelIOConfig and the rest of the load checks).
 
-- `max_batch_size`, `input` and `output` (replaced as a whole);
-- the scheduler (`dynamic_batching` / `sequence_batching` / `ensemble_scheduling`) only when the
-  config had none; a different one is an error;
-- `model_transaction_policy.decoupled` when the returned config has the policy;
-
-and normalises the result again. Everything else a model writes into `as_dict()` is dropped.
-
-The model is imported in a child process (`python -m handlers.backends.python.autocomplete`) with
+The model is imported in a child process (handlers/backends/python/autocomplete_process.py) with
 the interpreter that has the model's dependencies (`python`, default: this one), as Triton uses a
-separate stub process: importing model.py can be slow (torch...), can change sys.path and
-sys.modules, and must not take the compiler down. docs/python-backend.md has the measurements.
+separate stub process. docs/python-backend.md has the measurements.
+
+A model whose auto_complete_config imports a package that is not installed here raises
+`MissingDependencyError`: `toolkit validate` / `serve` report it with the module's name and the
+`pip install -r <model>/requirements.txt` to run; `toolkit build` catches it and defers the model
+to the image build, where its requirements are installed.
 
 Deviation: a returned config that is not a valid ModelConfig (e.g. data_type "TYPE_FOO") is an
 error naming the problem; tritonserver 2.51 silently keeps the unchanged config.
@@ -22,23 +24,43 @@ error naming the problem; tritonserver 2.51 silently keeps the unchanged config.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from handlers.backends.python import config_update
+from handlers.backends.python.autocomplete_process import DEFAULT_TIMEOUT_S, AutoCompleteFailure, run_auto_complete
+
 from .errors import CODE_INTERNAL, ModelError
 from .model_config import ModelConfig, to_triton_json
 from .normalize import normalize_model_config
+from .validate import validate_model_config
 
-AUTOCOMPLETE_MODULE = "handlers.backends.python.autocomplete"
-_SCHEDULERS = ("dynamic_batching", "sequence_batching", "ensemble_scheduling")
-_ROOT = str(Path(__file__).resolve().parents[2])  # where `handlers` and `toolkit` live
+REQUIREMENTS_FILENAME = "requirements.txt"
+
+
+class MissingDependencyError(ModelError):
+    """auto_complete_config needs a module that is not installed where it ran."""
+
+    def __init__(self, message: str, *, module: str | None, **kwargs) -> None:
+        super().__init__(message, **kwargs)
+        self.module = module
+
+
+def _dependency_advice(module: str | None, model_dir: Path) -> str:
+    what = f"'{module}'" if module else "a module"
+    requirements = model_dir / REQUIREMENTS_FILENAME
+    if requirements.is_file():
+        return (
+            f"auto_complete_config needs {what}, which is not installed here: pip install -r {requirements} "
+            "(toolkit build runs it in the image, where that file is installed)"
+        )
+    return (
+        f"auto_complete_config needs {what}, which is not installed here: list it in {requirements} (the image "
+        "build installs that file) and pip install -r it where the toolkit runs"
+    )
 
 
 def run_model_autocomplete(
@@ -48,77 +70,48 @@ def run_model_autocomplete(
     version: int,
     *,
     python: Sequence[str] | None = None,
-    timeout: float = 600.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> dict:
     """The config dict the model's auto_complete_config returns (its input: `config_json`);
-    ModelError with Triton's message when it fails."""
+    ModelError with Triton's message when it fails (MissingDependencyError for an import)."""
     name = str(config_json.get("name", ""))
-    command = [*(python or [sys.executable]), "-m", AUTOCOMPLETE_MODULE]
-    request = {"model_file": str(model_file), "model_dir": str(model_dir), "version": version, "config": config_json}
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
     try:
-        done = subprocess.run(
-            command, input=json.dumps(request), capture_output=True, text=True, timeout=timeout, env=env, check=False
-        )
-    except subprocess.TimeoutExpired:
+        return run_auto_complete(config_json, model_file, model_dir, version, python=python, timeout=timeout)
+    except AutoCompleteFailure as failure:
+        if failure.import_error:
+            raise MissingDependencyError(
+                failure.message,
+                module=failure.missing_module,
+                model=name,
+                file=str(model_file),
+                code=CODE_INTERNAL,
+                detail=_dependency_advice(failure.missing_module, Path(model_dir)),
+            ) from None
         raise ModelError(
-            f"auto_complete_config of model '{name}' did not finish within {timeout:.0f} s",
-            model=name, file=str(model_file), code=CODE_INTERNAL,
+            failure.message, model=name, file=str(model_file), code=CODE_INTERNAL, detail=failure.detail
         ) from None
-    except OSError as exc:
-        raise ModelError(
-            f"cannot run {command[0]} to auto-complete model '{name}': {exc}", model=name, code=CODE_INTERNAL
-        ) from None
-    try:
-        answer = json.loads(done.stdout)
-    except ValueError:
-        detail = (done.stderr or done.stdout).strip()[-2000:]
-        raise ModelError(
-            f"Failed to initialize Python stub for auto-complete: the process exited with status {done.returncode}",
-            model=name,
-            file=str(model_file),
-            code=CODE_INTERNAL,
-            detail=detail or None,
-        ) from None
-    if "error" in answer:
-        raise ModelError(answer["error"], model=name, file=str(model_file), code=CODE_INTERNAL)
-    return answer["config"]
 
 
 def update_model_config(config: Message, returned: dict) -> None:
-    """Apply what auto_complete_config returned to `config`, keeping what Triton keeps."""
+    """Apply what auto_complete_config returned to `config` (in place), keeping what Triton
+    keeps and normalising again (handlers/backends/python/config_update.py)."""
     name = config.name
-    updated = ModelConfig()
     try:
-        json_format.ParseDict(returned, updated)
-    except json_format.ParseError as exc:
+        updated = config_update.update_model_config(to_triton_json(config), returned)
+    except config_update.ConfigError as exc:
+        raise ModelError(exc.message, model=name, code=exc.code, detail=exc.detail) from None
+    completed = ModelConfig()
+    try:
+        json_format.ParseDict(updated, completed)
+    except json_format.ParseError as exc:  # a scheduler the shared rules keep as given
         raise ModelError(
             f"auto_complete_config of model '{name}' returned an invalid model configuration",
             model=name,
             code=CODE_INTERNAL,
             detail=str(exc),
         ) from None
-    config.max_batch_size = updated.max_batch_size
-    del config.input[:]
-    config.input.extend(updated.input)
-    del config.output[:]
-    config.output.extend(updated.output)
-    current = config.WhichOneof("scheduling_choice")
-    returned_choice = updated.WhichOneof("scheduling_choice")
-    if current is None:
-        if returned_choice is not None:
-            getattr(config, returned_choice).CopyFrom(getattr(updated, returned_choice))
-    elif current != returned_choice:
-        number = config.DESCRIPTOR.fields_by_name[current].number
-        # Triton prints the current choice twice (sic).
-        raise ModelError(
-            f"Cannot update scheduling choice from {number} to {number} when auto-completing.",
-            model=name,
-            code=CODE_INTERNAL,
-        )
-    if updated.HasField("model_transaction_policy"):
-        config.model_transaction_policy.decoupled = updated.model_transaction_policy.decoupled
+    config.CopyFrom(completed)
+    normalize_model_config(config)
 
 
 def autocomplete(
@@ -128,12 +121,12 @@ def autocomplete(
     *,
     model_file: Path | None = None,
     python: Sequence[str] | None = None,
-    timeout: float = 600.0,
+    timeout: float = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run the model's auto_complete_config (when it has one) and update `config` in place as
-    tritonserver does, normalising it again. Raises ModelError with Triton's message (code
-    Internal, as tritonserver reports it). The support checks (e.g. a model that made itself
-    decoupled) stay with the compiler, after this step, as in tritonserver's order.
+    tritonserver does, then ValidateModelConfig as Model::Init does. Raises ModelError with
+    Triton's message. The support checks (e.g. a model that made itself decoupled) stay with the
+    compiler, after this step, as in tritonserver's order.
 
     `config` is the model's config after Triton's own auto-complete and normalisation;
     `version_dir` the version whose model.py runs (Triton: each loaded version; the toolkit: the
@@ -152,7 +145,11 @@ def autocomplete(
     except ModelError as exc:
         exc.file = exc.file or str(model_file)
         raise
-    normalize_model_config(config)
+    try:
+        validate_model_config(config)
+    except ModelError as exc:
+        exc.detail = exc.detail or f"the config as completed by auto_complete_config of {model_file}"
+        raise
 
 
-__all__ = ["autocomplete", "run_model_autocomplete", "update_model_config"]
+__all__ = ["MissingDependencyError", "autocomplete", "run_model_autocomplete", "update_model_config"]

@@ -9,7 +9,8 @@ image's at build time. It reads one JSON request on stdin,
 imports model.py as Triton does (model_runner), calls `TritonPythonModel.auto_complete_config`
 when the class has one with a `pb_utils.ModelConfig` built from the config JSON, and writes one
 JSON answer on stdout: {"config": {...}} (the dict the model returned) or {"error": "..."} with
-Triton's message. Whatever the model prints goes to stderr.
+Triton's message (plus "import_error": true and "missing_module" when importing a dependency
+failed). Whatever the model prints goes to stderr. `autocomplete_process.py` runs it.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             model_config: Any = ModelConfig(json.dumps(config))
             if hasattr(model_class, "auto_complete_config"):
                 model_config = model_class.auto_complete_config(model_config)
+        except ImportError as exc:
+            # A dependency that is not installed where this runs: the caller may run it again
+            # where it is (toolkit build defers such models to the image build).
+            return {"error": describe_exception(exc), "import_error": True, "missing_module": exc.name}
         except Exception as exc:  # noqa: BLE001 - anything the model's code raises
             return {"error": describe_exception(exc)}
         if not isinstance(model_config, ModelConfig):
