@@ -28,109 +28,16 @@ if TYPE_CHECKING:
     from .compile import CompiledModel, CompiledRepository
 
 
-def _shape(dims) -> str:
-    return "[" + ",".join(str(d) for d in dims) + "]"
-
-
-class _Tensor:
-    """TensorNode: a tensor's type and shape and the model it was inferred from."""
-
-    def __init__(self, model: str, batching: bool, data_type: str, dims: list[int]):
-        self.model = model
-        self.data_type = data_type
-        self.dims = list(dims)
-        self.full_dims = ([-1] if batching else []) + self.dims
-
-
-def _dims_match(a: list[int], b: list[int]) -> bool:
-    """CompareDimsWithWildcard."""
-    return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
-
-
-def _consistent(lhs: _Tensor, rhs: _Tensor, prefix: str, tensor: str) -> None:
-    """ValidateTensorConsistency."""
-    if lhs.data_type != rhs.data_type:
-        raise ModelError(
-            f"{prefix}inconsistent data type: {lhs.data_type} is inferred from model {lhs.model} while "
-            f"{rhs.data_type} is inferred from model {rhs.model}",
-            hint=tensor,
-        )
-    if not _dims_match(lhs.dims, rhs.dims) and not _dims_match(lhs.full_dims, rhs.full_dims):
-        raise ModelError(
-            f"{prefix}inconsistent shape: {_shape(lhs.full_dims)} is inferred from model {lhs.model} while "
-            f"{_shape(rhs.full_dims)} is inferred from model {rhs.model}",
-            hint=tensor,
-        )
-
-
-def _io_dims(io: dict[str, Any]) -> list[int]:
-    if "reshape" in io:
-        return list(io["reshape"].get("shape", []))
-    return list(io.get("dims", []))
-
-
 def validate_ensemble_config(ensemble: dict[str, Any], composing: dict[str, dict[str, Any]]) -> None:
-    """ValidateEnsembleConfig over completed (Triton JSON) configs."""
-    name = ensemble["name"]
-    ensemble_mbs = ensemble.get("max_batch_size", 0)
-    batching = ensemble_mbs > 0
-    tensors: dict[str, _Tensor] = {}
-    for io in ensemble.get("input", []):
-        tensors.setdefault(io["name"], _Tensor(name, batching, io["data_type"], _io_dims(io)))
-    for io in ensemble.get("output", []):
-        tensors.setdefault(io["name"], _Tensor(name, batching, io["data_type"], _io_dims(io)))
+    """ValidateEnsembleConfig over completed (Triton JSON) configs: the runtime's implementation
+    (handlers/backends/python/ensemble_consistency.py, which the image build also runs)."""
+    from handlers.backends.python.config_update import ConfigError
+    from handlers.backends.python.ensemble_consistency import validate_ensemble_config as validate
 
-    for step in ensemble["ensemble_scheduling"]["step"]:
-        model = step["model_name"]
-        cfg = composing[model]
-        mbs = cfg.get("max_batch_size", 0)
-        if mbs != 0 and mbs < ensemble_mbs:
-            raise ModelError(
-                f"ensemble {name} allows maximum batch size {ensemble_mbs}, but it contains model {model} which "
-                f"only allows maximum batch size to be {mbs}",
-                hint=model,
-            )
-        step_batching = mbs > 0
-        input_map: dict[str, str] = step.get("input_map", {})
-        output_map: dict[str, str] = step.get("output_map", {})
-
-        input_names = {io["name"] for io in cfg.get("input", [])}
-        for model_input, tensor in input_map.items():
-            if model_input not in input_names:
-                raise ModelError(
-                    f"in ensemble {name}, ensemble tensor {tensor} is mapping to non-existing input {model_input} "
-                    f"in model {model}",
-                    hint=model_input,
-                )
-        for io in cfg.get("input", []):
-            if io["name"] in input_map:
-                tensor = input_map[io["name"]]
-                node = _Tensor(model, step_batching, io["data_type"], list(io.get("dims", [])))
-                if tensor in tensors:
-                    _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ", tensor)
-                else:
-                    tensors[tensor] = node
-            elif not io.get("optional", False):
-                raise ModelError(
-                    f"in ensemble {name}, input {io['name']} in model {model} is not mapped to any ensemble tensors",
-                    hint=model,
-                )
-
-        outputs = {io["name"]: io for io in cfg.get("output", [])}
-        for model_output, tensor in output_map.items():
-            if model_output not in outputs:
-                raise ModelError(
-                    f"in ensemble {name}, ensemble tensor {tensor} is mapped from non-existing output "
-                    f"{model_output} in model {model}",
-                    hint=model_output,
-                )
-        for model_output, tensor in output_map.items():
-            io = outputs[model_output]
-            node = _Tensor(model, step_batching, io["data_type"], list(io.get("dims", [])))
-            if tensor in tensors:
-                _consistent(tensors[tensor], node, f"in ensemble {name}, ensemble tensor {tensor}: ", tensor)
-            else:
-                tensors[tensor] = node
+    try:
+        validate(ensemble, composing)
+    except ConfigError as exc:
+        raise ModelError(exc.message, hint=exc.hint) from None
 
 
 def _load_failure_message(error: ModelError) -> str:

@@ -44,11 +44,14 @@ class ConfigError(Exception):
     """A completed config Triton would refuse; `message` is Triton's where Triton has one,
     `code` Triton's status code name, `detail` what we add."""
 
-    def __init__(self, message: str, *, detail: str | None = None, code: str = CODE_INVALID_ARG) -> None:
+    def __init__(
+        self, message: str, *, detail: str | None = None, code: str = CODE_INVALID_ARG, hint: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.detail = detail
         self.code = code
+        self.hint = hint  # a token to find in config.pbtxt (the compiler points at its line)
 
     def __str__(self) -> str:
         return f"{self.message} ({self.detail})" if self.detail else self.message

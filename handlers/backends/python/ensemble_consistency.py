@@ -2,9 +2,9 @@
 
 An ensemble's steps must fit the models they call: the ensemble's max_batch_size, the input and
 output maps, and one data type and a compatible shape per ensemble tensor along the data flow.
-The compiler runs its own copy (toolkit/repository/ensemble.py, same messages, tritonserver
-2.51's); the image build's completion step runs this one for ensembles that call a python model
-completed in the image, whose inputs and outputs the host could not know.
+The compiler (toolkit/repository/ensemble.py) and the image build's completion step (for ensembles
+calling a python model completed in the image) both run this one; messages are tritonserver
+2.51's, and `hint` names the token the compiler points at in config.pbtxt.
 """
 
 from __future__ import annotations
@@ -36,17 +36,19 @@ def _dims_match(a: list[int], b: list[int]) -> bool:
     return len(a) == len(b) and all(x == y or x == -1 or y == -1 for x, y in zip(a, b))
 
 
-def _consistent(lhs: _Tensor, rhs: _Tensor, prefix: str) -> None:
+def _consistent(lhs: _Tensor, rhs: _Tensor, prefix: str, tensor: str) -> None:
     """ValidateTensorConsistency."""
     if lhs.data_type != rhs.data_type:
         raise ConfigError(
             f"{prefix}inconsistent data type: {lhs.data_type} is inferred from model {lhs.model} while "
-            f"{rhs.data_type} is inferred from model {rhs.model}"
+            f"{rhs.data_type} is inferred from model {rhs.model}",
+            hint=tensor,
         )
     if not _dims_match(lhs.dims, rhs.dims) and not _dims_match(lhs.full_dims, rhs.full_dims):
         raise ConfigError(
             f"{prefix}inconsistent shape: {_shape(lhs.full_dims)} is inferred from model {lhs.model} while "
-            f"{_shape(rhs.full_dims)} is inferred from model {rhs.model}"
+            f"{_shape(rhs.full_dims)} is inferred from model {rhs.model}",
+            hint=tensor,
         )
 
 
@@ -73,7 +75,8 @@ def validate_ensemble_config(ensemble: Config, composing: Mapping[str, Config]) 
         if mbs != 0 and mbs < ensemble_mbs:
             raise ConfigError(
                 f"ensemble {name} allows maximum batch size {ensemble_mbs}, but it contains model {model} which "
-                f"only allows maximum batch size to be {mbs}"
+                f"only allows maximum batch size to be {mbs}",
+                hint=model,
             )
         step_batching = mbs > 0
         input_map: Mapping[str, str] = step.get("input_map", {})
@@ -84,30 +87,34 @@ def validate_ensemble_config(ensemble: Config, composing: Mapping[str, Config]) 
         for model_input, tensor in input_map.items():
             if model_input not in input_names:
                 raise ConfigError(
-                    f"{prefix}ensemble tensor {tensor} is mapping to non-existing input {model_input} in model {model}"
+                    f"{prefix}ensemble tensor {tensor} is mapping to non-existing input {model_input} in model {model}",
+                    hint=model_input,
                 )
         for io in config.get("input", []):
             if io["name"] in input_map:
                 tensor = input_map[io["name"]]
                 node = _Tensor(model, step_batching, io["data_type"], list(io.get("dims", [])))
                 if tensor in tensors:
-                    _consistent(tensors[tensor], node, f"{prefix}ensemble tensor {tensor}: ")
+                    _consistent(tensors[tensor], node, f"{prefix}ensemble tensor {tensor}: ", tensor)
                 else:
                     tensors[tensor] = node
             elif not io.get("optional", False):
-                raise ConfigError(f"{prefix}input {io['name']} in model {model} is not mapped to any ensemble tensors")
+                raise ConfigError(
+                    f"{prefix}input {io['name']} in model {model} is not mapped to any ensemble tensors", hint=model
+                )
 
         outputs = {io["name"]: io for io in config.get("output", [])}
         for model_output, tensor in output_map.items():
             if model_output not in outputs:
                 raise ConfigError(
-                    f"{prefix}ensemble tensor {tensor} is mapped from non-existing output {model_output} in model {model}"
+                    f"{prefix}ensemble tensor {tensor} is mapped from non-existing output {model_output} in model {model}",
+                    hint=model_output,
                 )
         for model_output, tensor in output_map.items():
             io = outputs[model_output]
             node = _Tensor(model, step_batching, io["data_type"], list(io.get("dims", [])))
             if tensor in tensors:
-                _consistent(tensors[tensor], node, f"{prefix}ensemble tensor {tensor}: ")
+                _consistent(tensors[tensor], node, f"{prefix}ensemble tensor {tensor}: ", tensor)
             else:
                 tensors[tensor] = node
 
