@@ -247,3 +247,34 @@ def test_ensemble_step_error_fails_the_request(client):
         i.set_data_from_numpy(a)
     with pytest.raises(InferenceServerException, match="batch-size must be <= 8 for 'pipe'"):
         client.infer("pipe", inputs)
+
+
+def _metric(server, line_prefix: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(f"{server.http}/metrics") as r:
+        text = r.read().decode()
+    values = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(line_prefix)]
+    assert len(values) == 1, (line_prefix, text)
+    return values[0]
+
+
+def test_statistics_and_metrics_deltas_match_the_requests_sent(client, server):
+    labels = '{model="add_sub",version="1"}'
+    stats_before = client.get_inference_statistics("add_sub")["model_stats"][0]
+    success_before = _metric(server, f"nv_inference_request_success{labels}")
+    count_before = _metric(server, f"nv_inference_count{labels}")
+    failure_before = _metric(server, 'nv_inference_request_failure{model="add_sub",reason="BACKEND",version="1"}')
+    a = np.ones((3, 16), np.float32)
+    inputs = [httpclient.InferInput("INPUT0", a.shape, "FP32"), httpclient.InferInput("INPUT1", a.shape, "FP32")]
+    for i in inputs:
+        i.set_data_from_numpy(a, binary_data=True)
+    for _ in range(7):
+        client.infer("add_sub", inputs)
+    stats_after = client.get_inference_statistics("add_sub")["model_stats"][0]
+    assert stats_after["inference_stats"]["success"]["count"] - stats_before["inference_stats"]["success"]["count"] == 7
+    assert stats_after["inference_count"] - stats_before["inference_count"] == 21
+    assert _metric(server, f"nv_inference_request_success{labels}") - success_before == 7
+    assert _metric(server, f"nv_inference_count{labels}") - count_before == 21
+    assert _metric(server, 'nv_inference_request_failure{model="add_sub",reason="BACKEND",version="1"}') == failure_before
+    assert _metric(server, f"nv_inference_pending_request_count{labels}") == 0
