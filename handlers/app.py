@@ -1,18 +1,30 @@
-"""The ASGI application: FastAPI with the v2 routes over one ModelRepository."""
+"""The ASGI application: FastAPI with the v2 routes over one ModelRepository.
+
+Inference requests take a fast path: `RuntimeApp.__call__` recognises `POST
+/v2/models/{name}[/versions/{v}]/infer` (without a query string) and runs the same handler as the
+FastAPI route (`routes.run_infer`) straight from ASGI, skipping Starlette's middleware stack,
+routing and request objects, which cost more than the whole inference of a small model
+(docs/performance.md). Every other request, and an infer request with a query string, goes through
+FastAPI; the OpenAPI document still describes the infer routes, whose FastAPI handlers stay.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import AsyncIterator
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .model_repository import ModelRepository
-from .protocol.routes import router
+from .protocol.routes import InferHeaders, InferReply, router, run_infer
 
 log = logging.getLogger("handlers.app")
 
@@ -21,8 +33,71 @@ def _error(message: str, status: int) -> Response:
     return Response(orjson.dumps({"error": message}), status_code=status, media_type="application/json")
 
 
+# The infer routes' paths as Starlette matches them (`{model_name}`: one segment; `:int`: digits).
+_INFER_PATH = re.compile(r"/v2/models/([^/]+)/(?:versions/([0-9]+)/)?infer")
+
+
+def _route_path(scope: Scope) -> str:
+    """The path the router matches (Starlette's get_route_path: without the root path)."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if root and path.startswith(root) and path != root and path[len(root)] == "/":
+        return path[len(root):]
+    return path
+
+
+async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.request":
+            yield message.get("body", b"")
+            if not message.get("more_body", False):
+                return
+        elif message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+
+
+async def _send_reply(send: Send, reply: InferReply) -> None:
+    # The headers Starlette's Response writes, in its order: given ones, content-length, content-type.
+    headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items() if k != "content-type"]
+    headers.append((b"content-length", str(len(reply.body)).encode("latin-1")))
+    headers.append((b"content-type", reply.headers["content-type"].encode("latin-1")))
+    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    await send({"type": "http.response.body", "body": reply.body})
+
+
+class RuntimeApp(FastAPI):
+    """FastAPI with the inference fast path (see the module doc)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("query_string"):
+            match = _INFER_PATH.fullmatch(_route_path(scope))
+            if match is not None:
+                await self._infer(match, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _infer(self, match: re.Match[str], scope: Scope, receive: Receive, send: Send) -> None:
+        name, version = match.group(1), match.group(2)
+        try:
+            reply = await run_infer(
+                self.state.repository,
+                name,
+                None if version is None else int(version),
+                InferHeaders.from_raw(scope["headers"]),
+                _body_chunks(receive),
+            )
+        except ClientDisconnect:
+            return  # nobody to answer
+        except Exception as exc:  # as the app's exception handler: log it, never send it
+            log.exception("internal error serving %s %s", scope["method"], scope["path"])
+            reply = InferReply(500, orjson.dumps({"error": f"internal error: {type(exc).__name__}"}),
+                               {"content-type": "application/json"})
+        await _send_reply(send, reply)
+
+
 def create_app(repository: ModelRepository) -> FastAPI:
-    app = FastAPI(title="toolkit v2 inference runtime", version=__version__, docs_url=None, redoc_url=None)
+    app = RuntimeApp(title="toolkit v2 inference runtime", version=__version__, docs_url=None, redoc_url=None)
     app.state.repository = repository
     app.include_router(router)
 

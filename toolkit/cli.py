@@ -563,6 +563,147 @@ def proxy(
         server.close()
 
 
+
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, got {text!r}", param_hint=option) from None
+    if not values or any(v < 0 for v in values):
+        raise typer.BadParameter(f"expected non-negative integers, got {text!r}", param_hint=option)
+    return values
+
+
+def _shapes(values: list[str] | None) -> dict[str, list[int]]:
+    shapes: dict[str, list[int]] = {}
+    for value in values or []:
+        name, _, dims = value.rpartition(":")
+        try:
+            shapes[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            raise typer.BadParameter(f"expected NAME:D1,D2,..., got {value!r}", param_hint="--shape") from None
+        if not name or any(d < 0 for d in shapes[name]):
+            raise typer.BadParameter(f"expected NAME:D1,D2,... with non-negative dims, got {value!r}", param_hint="--shape")
+    return shapes
+
+
+class _RichTuneProgress:
+    def __init__(self, percentile: int) -> None:
+        self.percentile = percentile
+
+    def step(self, message: str) -> None:
+        err_console.print(f"[bold]==>[/bold] {message}", highlight=False)
+
+    def measured(self, m) -> None:
+        level = m.level
+        err_console.print(
+            f"    concurrency {level.concurrency:3d}: {level.throughput:9.1f} infer/s   p50 {level.p50_ms:8.1f} ms   "
+            f"p{self.percentile} {level.latency(self.percentile):8.1f} ms   batch {level.batch_size:5.2f}",
+            highlight=False,
+        )
+
+
+def _tune_table(title: str, rows, percentile: int) -> Table:
+    table = Table(title=title, title_justify="left")
+    for column in ("configuration", "concurrency", "infer/s", "p50 ms", f"p{percentile} ms", "avg batch", "$ / 1M infer"):
+        table.add_column(column, overflow="fold", justify="left" if column == "configuration" else "right")
+    for m in rows:
+        level = m.level
+        table.add_row(
+            m.candidate.label(), str(level.concurrency), f"{level.throughput:.1f}", f"{level.p50_ms:.1f}",
+            f"{level.latency(percentile):.1f}", f"{level.batch_size:.2f}", f"{m.cost.usd_per_million:.3f}",
+        )
+    return table
+
+
+@app.command()
+def tune(
+    repo: Annotated[str, typer.Argument(help="Local model repository directory")],
+    model_name: Annotated[str, typer.Argument(metavar="MODEL", help="The model to tune")],
+    latency_budget_ms: Annotated[
+        Optional[float], typer.Option("--latency-budget-ms", help="Latency budget (at --percentile) the choice must meet")
+    ] = None,
+    target: Annotated[str, typer.Option("--target", help="cloudrun (many requests per instance) or lambda (one at a time)")] = "cloudrun",
+    percentile: Annotated[int, typer.Option(help="Latency percentile the budget applies to: 50, 95 or 99")] = 99,
+    device: Annotated[str, typer.Option("--device", help="Where the runtime runs the model: cpu, gpu or gpu:N")] = "cpu",
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Batch size of each generated request")] = 1,
+    shape: Annotated[
+        Optional[list[str]], typer.Option("--shape", help="NAME:D1,D2,... for inputs with variable dims (repeatable)")
+    ] = None,
+    max_batch_sizes: Annotated[Optional[str], typer.Option(help="max_batch_size values to try, e.g. 4,8,16")] = None,
+    instance_counts: Annotated[Optional[str], typer.Option(help="Instance counts to try, e.g. 1,2")] = None,
+    queue_delays_us: Annotated[
+        Optional[str], typer.Option("--queue-delays-us", help="max_queue_delay_microseconds values to try, e.g. 100,1000")
+    ] = None,
+    concurrency: Annotated[Optional[str], typer.Option(help="Concurrency levels, e.g. 1,2,4,8 (lambda: always 1)")] = None,
+    max_concurrency: Annotated[int, typer.Option(help="Highest concurrency level")] = 64,
+    warmup: Annotated[float, typer.Option(help="Warm-up seconds before each measurement window")] = 1.0,
+    window: Annotated[float, typer.Option(help="Seconds of each measurement window")] = 3.0,
+    memory_gib: Annotated[Optional[float], typer.Option(help="Cloud Run instance memory for the cost (default 2 GiB per vCPU)")] = None,
+    write: Annotated[bool, typer.Option("--write/--no-write", help="Write config.tuned.pbtxt beside config.pbtxt")] = True,
+) -> None:
+    """Find the best dynamic_batching / instance_group for MODEL with the real runtime under load.
+
+    Sweeps max_batch_size, instance count, queue delay and preferred batch size (Cloud Run) or
+    vCPUs (Lambda, one request at a time), prints the throughput-latency frontier, the best
+    configuration within the latency budget with its estimated cost per million inferences on
+    the hardware measured, and writes it to config.tuned.pbtxt (config.pbtxt is never changed).
+    """
+    from .tune import TuneError, TuneOptions, run
+
+    options = TuneOptions(
+        repo=Path(repo),
+        model=model_name,
+        target=target,
+        latency_budget_ms=latency_budget_ms,
+        percentile=percentile,
+        device=_resolve_device(device) if device == "auto" else device,
+        batch_size=batch_size,
+        shapes=_shapes(shape),
+        max_batch_sizes=_int_list(max_batch_sizes, "--max-batch-sizes"),
+        instance_counts=_int_list(instance_counts, "--instance-counts"),
+        queue_delays_us=_int_list(queue_delays_us, "--queue-delays-us"),
+        concurrency=_int_list(concurrency, "--concurrency"),
+        max_concurrency=max_concurrency,
+        warmup_s=warmup,
+        window_s=window,
+        memory_gib=memory_gib,
+        write=write,
+    )
+    if options.instance_counts is not None and 0 in options.instance_counts:
+        raise typer.BadParameter("instance counts must be at least 1", param_hint="--instance-counts")
+    if options.concurrency is not None and 0 in options.concurrency:
+        raise typer.BadParameter("concurrency levels must be at least 1", param_hint="--concurrency")
+    try:
+        report = run(options, _RichTuneProgress(percentile))
+    except TuneError as exc:
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    console.print(_tune_table(f"Measured ({len(report.measurements)} points)", report.measurements, percentile), crop=False)
+    console.print(_tune_table(f"Throughput-latency frontier (p{percentile})", report.frontier, percentile), crop=False)
+    for note in report.notes:
+        err_console.print(f"note: {note}", highlight=False, soft_wrap=True)
+    if report.best is None:
+        err_console.print(
+            f"[red]no configuration met p{percentile} <= {latency_budget_ms:g} ms[/red]; the fastest point is the first "
+            "row of the frontier", highlight=False,
+        )
+        raise typer.Exit(1)
+    best = report.best
+    level = best.level
+    console.print(
+        f"[bold]best[/bold]: {best.candidate.label()} at concurrency {level.concurrency}: {level.throughput:.1f} infer/s, "
+        f"p{percentile} {level.latency(percentile):.1f} ms", highlight=False, soft_wrap=True,
+    )
+    console.print(f"cost: ${best.cost.usd_per_million:.3f} per million inferences ({best.cost.basis})", highlight=False,
+                  soft_wrap=True)
+    if report.tuned_path is not None:
+        kept = "" if report.kept_comments else " (written whole: the original layout could not be kept)"
+        console.print(f"wrote {report.tuned_path}{kept}", highlight=False, soft_wrap=True)
+
+
 def main() -> None:
     app()
 

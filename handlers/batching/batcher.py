@@ -8,12 +8,19 @@ A submit therefore wakes exactly one thread, and the request reaches an instance
 
 Without `dynamic_batching` the same workers take requests one at a time, in arrival order
 (Triton's default scheduler: no priorities, no queue policy).
+
+Workers run at a lower CPU priority than the event loop (niceness TOOLKIT_INSTANCE_NICE, default
+10, like tritonserver's backend threads once ran at nice 5): the event loop's work per request is
+short and on every request's critical path, a model execution is long, and when the CPUs are
+saturated by executions a response should not wait for a time slice (docs/performance.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +38,35 @@ from .priority_queue import Callback, PendingRequest, PriorityQueue, request_tag
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], int]
+
+INSTANCE_NICE_ENV = "TOOLKIT_INSTANCE_NICE"
+DEFAULT_INSTANCE_NICE = 10
+
+
+def instance_niceness(environ: Mapping[str, str] | None = None) -> int:
+    """The niceness increment of worker threads (0 leaves them at the process's priority)."""
+    text = (os.environ if environ is None else environ).get(INSTANCE_NICE_ENV, "").strip()
+    if not text:
+        return DEFAULT_INSTANCE_NICE
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{INSTANCE_NICE_ENV} must be an integer from 0 to 19, got {text!r}") from None
+    if not 0 <= value <= 19:
+        raise ValueError(f"{INSTANCE_NICE_ENV} must be an integer from 0 to 19, got {text!r}")
+    return value
+
+
+def _lower_thread_priority(increment: int) -> None:
+    """Raise the calling thread's niceness by `increment` (Linux: per thread; raising it needs no
+    privilege). Elsewhere setpriority would apply to the whole process, so nothing is done."""
+    if increment <= 0 or not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment))
+    except OSError as exc:  # e.g. a sandbox without setpriority: keep serving at the usual priority
+        log.debug("could not lower the priority of %s: %s", threading.current_thread().name, exc)
 
 
 class ModelInstance(Protocol):
@@ -83,6 +119,7 @@ class DynamicBatcher:
         self._drain = True
         self._threads: list[threading.Thread] = []
         self._order = ResponseOrder(self._deliver) if self.policy.preserve_ordering else None
+        self._niceness = instance_niceness()
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -238,6 +275,7 @@ class DynamicBatcher:
     # -- workers ----------------------------------------------------------------------------------
 
     def _work(self, instance: ModelInstance) -> None:
+        _lower_thread_priority(self._niceness)
         while True:
             with self._lock:
                 batch, rejected, leave = self._next_batch()

@@ -13,6 +13,9 @@ The infer route enforces the request size limits of handlers/limits.py (413).
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
@@ -28,6 +31,8 @@ from ..model_repository import LoadedModel, ModelRepository
 from .codec import decode_request, encode_error, encode_response
 from .compression import compress, decompress
 from .validation import validate_request
+
+log = logging.getLogger("handlers.protocol.routes")
 
 SERVER_NAME = "toolkit"
 # Only what this runtime implements (GET /v2 must not promise more).
@@ -390,28 +395,101 @@ async def model_version_config(request: Request, model_name: str, model_version:
     return await model_config(request, model_name, model_version)
 
 
-@router.post("/v2/models/{model_name}/infer", **_INFER_DOC)
-async def infer(request: Request, model_name: str, model_version: int | None = None) -> Response:
+@dataclass(frozen=True, slots=True)
+class InferHeaders:
+    """The request headers the infer route reads (None when absent)."""
+
+    content_length: str | None = None
+    header_length: str | None = None  # Inference-Header-Content-Length
+    content_encoding: str | None = None
+    accept_encoding: str | None = None
+
+    @classmethod
+    def from_raw(cls, raw: Iterable[tuple[bytes, bytes]]) -> "InferHeaders":
+        """From ASGI `scope["headers"]` (lowercase names); the first occurrence of a name wins, as
+        Starlette's `Headers.get` has it."""
+        found: dict[bytes, str] = {}
+        for key, value in raw:
+            if key in _INFER_HEADER_NAMES and key not in found:
+                found[key] = value.decode("latin-1")
+        return cls(
+            found.get(b"content-length"),
+            found.get(b"inference-header-content-length"),
+            found.get(b"content-encoding"),
+            found.get(b"accept-encoding"),
+        )
+
+
+_INFER_HEADER_NAMES = frozenset(
+    {b"content-length", b"inference-header-content-length", b"content-encoding", b"accept-encoding"}
+)
+
+
+@dataclass(slots=True)
+class InferReply:
+    """What the infer route answers: status, body and headers (lowercase names, content-type
+    included)."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+    def response(self) -> Response:
+        headers = dict(self.headers)
+        return Response(self.body, status_code=self.status, headers=headers, media_type=headers.pop("content-type"))
+
+
+def _error_reply(error: InferenceError) -> InferReply:
+    return InferReply(error.http_status, encode_error(error), {"content-type": JSON})
+
+
+async def run_infer(
+    repository: ModelRepository,
+    model_name: str,
+    model_version: int | None,
+    headers: InferHeaders,
+    chunks: AsyncIterator[bytes],
+) -> InferReply:
+    """One inference request from its headers and body chunks to the reply (errors included).
+
+    Shared by the FastAPI route and the ASGI fast path (handlers/app.py), so both answer alike.
+    """
     try:
-        model = _repository(request).get(model_name, model_version)
+        model = repository.get(model_name, model_version)
         if not model.ready:
             raise model.not_ready_error()
-        header_length = request.headers.get("inference-header-content-length")
         bounds = limits.LIMITS
-        bounds.check_content_length(request.headers.get("content-length"))
-        raw = await limits.read_limited(request.stream(), bounds)
-        body = decompress(raw, request.headers.get("content-encoding"), bounds.max_request_bytes)
-        infer_request = decode_request(body, header_length, model_name=model.name, model_version=model.version)
+        bounds.check_content_length(headers.content_length)
+        raw = await limits.read_limited(chunks, bounds)
+        body = decompress(raw, headers.content_encoding, bounds.max_request_bytes)
+        infer_request = decode_request(
+            body, headers.header_length, model_name=model.name, model_version=model.version
+        )
         bounds.check_request(infer_request)
         validate_request(model.spec.config, infer_request)
         response = await model.infer(infer_request)
-        payload, headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
+        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
     except InferenceError as error:
-        return error_response(error)
-    payload, encoding = compress(payload, request.headers.get("accept-encoding"))
+        if error.http_status >= 500:  # the server's or the model's fault: the operator needs it
+            log.error("inference of model '%s' failed (%d): %s", model_name, error.http_status, error)
+        return _error_reply(error)
+    payload, encoding = compress(payload, headers.accept_encoding)
     if encoding:
-        headers["content-encoding"] = encoding
-    return Response(payload, headers=headers, media_type=headers.pop("content-type", JSON))
+        reply_headers["content-encoding"] = encoding
+    reply_headers.setdefault("content-type", JSON)
+    return InferReply(200, payload, reply_headers)
+
+
+@router.post("/v2/models/{model_name}/infer", **_INFER_DOC)
+async def infer(request: Request, model_name: str, model_version: int | None = None) -> Response:
+    headers = InferHeaders(
+        request.headers.get("content-length"),
+        request.headers.get("inference-header-content-length"),
+        request.headers.get("content-encoding"),
+        request.headers.get("accept-encoding"),
+    )
+    reply = await run_infer(_repository(request), model_name, model_version, headers, request.stream())
+    return reply.response()
 
 
 @router.post("/v2/models/{model_name}/versions/{model_version:int}/infer", **_INFER_DOC)

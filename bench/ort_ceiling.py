@@ -1,0 +1,96 @@
+"""The raw ceiling: ONNX Runtime in-process, no server, no client.
+
+`instances` threads, each with its own InferenceSession built with the runtime's own session
+options (handlers.backends.onnxruntime.session_options, so the same intra-op threads), run
+`session.run` on a batch of `batch` back to back for `seconds`; the ceiling is the inferences per
+second of all of them together. A server that forms batches of that size on that many instances
+cannot do better; `at_batch` interpolates it for the average batch size a server executed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+
+def _session(model: Path, config: dict):
+    import onnxruntime
+
+    from handlers.backends.onnxruntime import session_options
+
+    return onnxruntime.InferenceSession(str(model), sess_options=session_options(config),
+                                        providers=["CPUExecutionProvider"])
+
+
+def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], instances: int, seconds: float) -> float:
+    """Inferences per second (batch size x runs / s) of `instances` sessions running in parallel."""
+    sessions = [_session(model, config) for _ in range(instances)]
+    batch = next(iter(feeds.values())).shape[0]
+    for session in sessions:
+        session.run(None, dict(feeds))  # warm-up
+    counts = [0] * instances
+    start = threading.Barrier(instances + 1)
+    stop = threading.Event()
+
+    def work(index: int) -> None:
+        session = sessions[index]
+        start.wait()
+        while not stop.is_set():
+            session.run(None, dict(feeds))
+            counts[index] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(instances)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    counts_at_stop = sum(counts)
+    elapsed = time.perf_counter() - began
+    for thread in threads:
+        thread.join()
+    return counts_at_stop * batch / elapsed
+
+
+def measure(
+    model: Path,
+    config: dict,
+    make_feeds,
+    batch_sizes: list[int],
+    instance_counts: list[int],
+    *,
+    seconds: float = 3.0,
+    repeats: int = 3,
+) -> dict[tuple[int, int], float]:
+    """Median inferences/s for every (instances, batch size)."""
+    results: dict[tuple[int, int], list[float]] = {}
+    for _ in range(repeats):
+        for instances in instance_counts:
+            for batch in batch_sizes:
+                value = throughput(model, config, make_feeds(batch), instances, seconds)
+                results.setdefault((instances, batch), []).append(value)
+    return {key: statistics.median(values) for key, values in results.items()}
+
+
+def at_batch(ceilings: Mapping[tuple[int, int], float], instances: int, batch: float) -> float | None:
+    """The ceiling at an average executed batch size: the time per inference is interpolated
+    linearly between the two measured batch sizes around it (clamped to the measured range)."""
+    sizes = sorted(size for count, size in ceilings if count == instances)
+    if not sizes or batch <= 0:
+        return None
+    if batch <= sizes[0]:
+        return ceilings[(instances, sizes[0])]
+    if batch >= sizes[-1]:
+        return ceilings[(instances, sizes[-1])]
+    for low, high in zip(sizes, sizes[1:]):
+        if low <= batch <= high:
+            t_low, t_high = 1 / ceilings[(instances, low)], 1 / ceilings[(instances, high)]
+            weight = (batch - low) / (high - low)
+            return 1 / (t_low + weight * (t_high - t_low))
+    return None

@@ -1,0 +1,337 @@
+"""The results file of bench/serve_vs_triton.py: medians, ratios, targets, tables and plots.
+
+Everything is computed from the saved raw results (`<name>.json`), so a report can be rendered
+again without measuring (`serve_vs_triton.py --render FILE.json`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ort_ceiling import at_batch
+from servers import LABELS, TOOLKIT, TRITON
+
+METRICS = ("throughput", "p50_us", "p90_us", "p95_us", "p99_us", "queue_us", "compute_input_us",
+           "compute_infer_us", "compute_output_us", "overhead_us", "server_request_us")
+
+
+@dataclass
+class Point:
+    """The medians over repeats of one (config, server, concurrency)."""
+
+    concurrency: int
+    repeats: int
+    throughput: float
+    throughput_min: float
+    throughput_max: float
+    p50_us: float
+    p90_us: float
+    p95_us: float
+    p99_us: float
+    queue_us: float
+    compute_input_us: float
+    compute_infer_us: float
+    compute_output_us: float
+    overhead_us: float
+    server_request_us: float
+    batch_size: float
+
+
+def medians(runs: list[list[dict[str, Any]]]) -> dict[int, Point]:
+    by_level: dict[int, list[dict[str, Any]]] = {}
+    for run in runs:
+        for level in run:
+            by_level.setdefault(level["concurrency"], []).append(level)
+    points = {}
+    for concurrency, levels in sorted(by_level.items()):
+        values = {m: statistics.median(level[m] for level in levels) for m in METRICS}
+        batches = [l["inference_count"] / l["execution_count"] for l in levels if l.get("execution_count")]
+        points[concurrency] = Point(
+            concurrency=concurrency,
+            repeats=len(levels),
+            throughput_min=min(l["throughput"] for l in levels),
+            throughput_max=max(l["throughput"] for l in levels),
+            batch_size=statistics.median(batches) if batches else 0.0,
+            **values,
+        )
+    return points
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f}" if us >= 1000 else f"{us / 1000:.2f}"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+# --- targets --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    name: str
+    measured: str
+    met: bool | None  # None: reported, no threshold
+
+
+def targets(data: dict[str, Any]) -> list[Target]:
+    found: list[Target] = []
+    text = data["models"].get("text_recognition")
+    at = data["meta"]["target_concurrency"]
+    if text:
+        for key in ("2", "3"):
+            runs = text["runs"].get(key)
+            if not runs or TOOLKIT not in runs or TRITON not in runs:
+                continue
+            ours = medians(runs[TOOLKIT]).get(at)
+            theirs = medians(runs[TRITON]).get(at)
+            if ours is None or theirs is None:
+                continue
+            ratio = ours.throughput / theirs.throughput
+            found.append(Target(
+                f"text_recognition config ({key}) c{at}: throughput >= 1.0x Triton's",
+                f"{ours.throughput:.1f} vs {theirs.throughput:.1f} infer/s = {ratio:.3f}x", ratio >= 1.0))
+            found.append(Target(
+                f"text_recognition config ({key}) c{at}: p95 <= Triton's",
+                f"{_ms(ours.p95_us)} vs {_ms(theirs.p95_us)} ms = {ours.p95_us / theirs.p95_us:.3f}x",
+                ours.p95_us <= theirs.p95_us))
+            ceiling = ceiling_for(text, key, ours.batch_size)
+            if ceiling:
+                share = ours.throughput / ceiling
+                found.append(Target(
+                    f"text_recognition config ({key}) c{at}: >= 90 % of the raw ORT ceiling",
+                    f"{ours.throughput:.1f} / {ceiling:.1f} infer/s (ORT alone at batch {ours.batch_size:.1f}, "
+                    f"{config(text, key)['instances']} instance(s)) = {100 * share:.1f} %", share >= 0.9))
+        on, off = text["runs"].get("2"), text["runs"].get("1")
+        if on and off and TOOLKIT in on and TOOLKIT in off:
+            ratio = medians(on[TOOLKIT])[at].throughput / medians(off[TOOLKIT])[at].throughput
+            limit = batch_scaling(text)
+            found.append(Target(
+                f"text_recognition batching on/off throughput ratio c{at} (config 2 / config 1)",
+                f"toolkit {ratio:.2f}x (Triton {medians(on[TRITON])[at].throughput / medians(off[TRITON])[at].throughput:.2f}x); "
+                f"the model's own batch-scaling limit: {limit}", None))
+    tiny = data["models"].get("tiny")
+    if tiny:
+        for key, runs in tiny["runs"].items():
+            if TOOLKIT not in runs or TRITON not in runs:
+                continue
+            ours, theirs = medians(runs[TOOLKIT]).get(at), medians(runs[TRITON]).get(at)
+            if ours is None or theirs is None:
+                continue
+            ratio = ours.throughput / theirs.throughput
+            found.append(Target(
+                f"tiny config ({key}) c{at}: throughput >= 0.5x Triton's",
+                f"{ours.throughput:.0f} vs {theirs.throughput:.0f} infer/s = {ratio:.2f}x", ratio >= 0.5))
+    return found
+
+
+def config(model: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(c for c in model["configs"] if c["key"] == key)
+
+
+def _ceilings(model: dict[str, Any]) -> dict[tuple[int, int], float]:
+    return {(int(i), int(b)): v for i, b, v in model.get("ceiling", [])}
+
+
+def ceiling_for(model: dict[str, Any], key: str, batch: float) -> float | None:
+    return at_batch(_ceilings(model), config(model, key)["instances"], batch)
+
+
+def batch_scaling(model: dict[str, Any]) -> str:
+    """ORT alone, 1 instance: inferences/s at the largest batch over the request's batch (2)."""
+    ceilings = _ceilings(model)
+    sizes = sorted(b for i, b in ceilings if i == 1)
+    if len(sizes) < 2:
+        return "n/a"
+    low, high = sizes[0], sizes[-1]
+    return f"{ceilings[(1, high)] / ceilings[(1, low)]:.2f}x (ORT alone, batch {high} vs batch {low})"
+
+
+# --- plots ----------------------------------------------------------------------------------------
+
+
+def plot(model_name: str, model: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for index, cfg in enumerate(model["configs"]):
+        runs = model["runs"].get(cfg["key"], {})
+        for server, style in ((TOOLKIT, "-o"), (TRITON, "--s")):
+            if server not in runs:
+                continue
+            points = medians(runs[server])
+            xs = sorted(points)
+            label = f"({cfg['key']}) {cfg['title']} - {LABELS[server]}"
+            colour = colours[index % len(colours)]
+            left.plot(xs, [points[x].throughput for x in xs], style, color=colour, label=label, markersize=4)
+            right.plot(xs, [points[x].p95_us / 1000 for x in xs], style, color=colour, label=label, markersize=4)
+    left.set_title(f"{model_name}: throughput vs concurrency")
+    left.set_xlabel("concurrency (requests in flight, -b 2)")
+    left.set_ylabel("infer/s (median of repeats)")
+    right.set_title(f"{model_name}: p95 latency vs concurrency")
+    right.set_xlabel("concurrency (requests in flight, -b 2)")
+    right.set_ylabel("p95 latency, ms (median of repeats)")
+    for axis in (left, right):
+        axis.grid(True, alpha=0.3)
+        axis.set_ylim(bottom=0)
+    handles, labels = left.get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    figure.tight_layout(rect=(0, 0.08 + 0.025 * ((len(labels) + 1) // 2), 1, 1))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+# --- markdown -------------------------------------------------------------------------------------
+
+
+def _summary_table(model: dict[str, Any], at: int) -> list[str]:
+    lines = [
+        f"| config | server | infer/s (min-max) | p50 ms | p95 ms | p99 ms | server queue ms | compute input ms "
+        f"| compute infer ms | compute output ms | avg batch | % of ORT ceiling |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cfg in model["configs"]:
+        runs = model["runs"].get(cfg["key"], {})
+        for server in (TOOLKIT, TRITON):
+            if server not in runs:
+                continue
+            point = medians(runs[server]).get(at)
+            if point is None:
+                continue
+            ceiling = ceiling_for(model, cfg["key"], point.batch_size) if model.get("ceiling") else None
+            share = f"{100 * point.throughput / ceiling:.1f} %" if ceiling else "n/a"
+            lines.append(
+                f"| ({cfg['key']}) {cfg['title']} | {LABELS[server]} | {point.throughput:.1f} "
+                f"({point.throughput_min:.1f}-{point.throughput_max:.1f}) | {_ms(point.p50_us)} | {_ms(point.p95_us)} "
+                f"| {_ms(point.p99_us)} | {_ms(point.queue_us)} | {_ms(point.compute_input_us)} "
+                f"| {_ms(point.compute_infer_us)} | {_ms(point.compute_output_us)} | {point.batch_size:.2f} | {share} |"
+            )
+    return lines
+
+
+def _ratio_table(model: dict[str, Any]) -> list[str]:
+    lines = ["| config | concurrency | toolkit infer/s | Triton infer/s | throughput ratio | toolkit p95 ms "
+             "| Triton p95 ms | p95 ratio | toolkit avg batch | Triton avg batch |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for cfg in model["configs"]:
+        runs = model["runs"].get(cfg["key"], {})
+        if TOOLKIT not in runs or TRITON not in runs:
+            continue
+        ours, theirs = medians(runs[TOOLKIT]), medians(runs[TRITON])
+        for c in sorted(set(ours) & set(theirs)):
+            a, b = ours[c], theirs[c]
+            lines.append(
+                f"| ({cfg['key']}) | {c} | {a.throughput:.1f} | {b.throughput:.1f} | {_ratio(a.throughput, b.throughput)} "
+                f"| {_ms(a.p95_us)} | {_ms(b.p95_us)} | {_ratio(a.p95_us, b.p95_us)} | {a.batch_size:.2f} "
+                f"| {b.batch_size:.2f} |"
+            )
+    return lines
+
+
+def _ceiling_table(model: dict[str, Any]) -> list[str]:
+    ceilings = _ceilings(model)
+    if not ceilings:
+        return []
+    sizes = sorted({b for _, b in ceilings})
+    counts = sorted({i for i, _ in ceilings})
+    lines = ["| instances | " + " | ".join(f"batch {b}" for b in sizes) + " |",
+             "|---|" + "---|" * len(sizes)]
+    for count in counts:
+        cells = [f"{ceilings[(count, b)]:.1f}" if (count, b) in ceilings else "" for b in sizes]
+        lines.append(f"| {count} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _loosened(data: dict[str, Any]) -> list[str]:
+    """The levels measured with more than the smallest stability percentage used."""
+    found = []
+    levels = [(name, key, server, level) for name, model in data["models"].items()
+              for key, runs in model["runs"].items() for server, repeats in runs.items()
+              for run in repeats for level in run]
+    asked = min((level.get("stability", 0) for *_, level in levels), default=0)
+    for name, key, server, level in levels:
+        if level.get("stability", 0) > asked:
+            found.append(f"{name} ({key}) {LABELS[server]} c{level['concurrency']}: {level['stability']} %")
+    return found
+
+
+def render(data: dict[str, Any], markdown_path: Path) -> Path:
+    meta = data["meta"]
+    at = meta["target_concurrency"]
+    stem = markdown_path.with_suffix("")
+    out: list[str] = []
+    out.append(f"# toolkit serve vs Triton: dynamic batching and instance groups ({meta['date']}, {meta['host']})")
+    out.append("")
+    out.append(f"Produced by `{meta['command']}` in {meta['duration_min']:.0f} min.")
+    out.append("")
+    out.append("## Setup")
+    out.append("")
+    for key, value in meta["setup"].items():
+        out.append(f"- **{key}**: {value}")
+    out.append("")
+    out.append("## Targets")
+    out.append("")
+    out.append("| target | measured (medians) | met |")
+    out.append("|---|---|---|")
+    for target in targets(data):
+        verdict = "n/a (reported)" if target.met is None else ("**yes**" if target.met else "**NO**")
+        out.append(f"| {target.name} | {target.measured} | {verdict} |")
+    out.append("")
+    for name, model in data["models"].items():
+        out.append(f"## {name}")
+        out.append("")
+        out.append(model["description"])
+        out.append("")
+        image = plot(name, model, Path(f"{stem}-{name}.png"))
+        out.append(f"![{name}: throughput and p95 latency vs concurrency]({image.name})")
+        out.append("")
+        out.append(f"### At concurrency {at}")
+        out.append("")
+        out.append("Medians of the repeats (throughput range in brackets); the server columns are the server-side "
+                   "averages perf_analyzer reads from each server's statistics extension.")
+        out.append("")
+        out.extend(_summary_table(model, at))
+        out.append("")
+        out.append("### Every concurrency level, side by side")
+        out.append("")
+        out.extend(_ratio_table(model))
+        out.append("")
+        if model.get("ceiling"):
+            out.append("### Raw ONNX Runtime ceiling (in-process, no server, no client; inferences/s)")
+            out.append("")
+            out.append(model.get("ceiling_note", ""))
+            out.append("")
+            out.extend(_ceiling_table(model))
+            out.append("")
+            out.append(f"Batch-scaling limit of the model: {batch_scaling(model)}.")
+            out.append("")
+    if data.get("profiles"):
+        out.append("## Profile of toolkit serve under load")
+        out.append("")
+        for title, text in data["profiles"].items():
+            out.append(f"### {title}")
+            out.append("")
+            out.append(text)
+            out.append("")
+    loosened = _loosened(data)
+    notes = list(data.get("notes", [])) + ([
+        "perf_analyzer could not stabilise these levels within its trials at the asked stability and they were "
+        "measured again alone with a looser one (`stability` in the raw .json): " + "; ".join(loosened)
+    ] if loosened else [])
+    if notes:
+        out.append("## Notes")
+        out.append("")
+        for note in notes:
+            out.append(f"- {note}")
+        out.append("")
+    markdown_path.write_text("\n".join(out))
+    return markdown_path

@@ -1,0 +1,115 @@
+"""The two servers the benchmark compares, started as real processes on free ports.
+
+- `toolkit`: `toolkit serve REPO --device cpu` (this repository's runtime, uvicorn);
+- `triton`: shared/anchors/triton-anchor REPO, the real tritonserver 2.51 with the python
+  backend running ONNX Runtime (see shared/anchors/README.md for how to label its numbers), with
+  ANCHOR_ORT_THREADS and ANCHOR_ORT_VERSION set to what `toolkit serve` uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from perf_analyzer import ANCHORS, ROOT
+
+TOOLKIT = "toolkit"
+TRITON = "triton"
+LABELS = {
+    TOOLKIT: "toolkit serve",
+    TRITON: "Triton 2.51 (python backend + ORT)",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@dataclass
+class Server:
+    kind: str
+    process: subprocess.Popen
+    port: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.kind]
+
+    def python_pid(self) -> int:
+        """The process that runs the runtime's Python (for py-spy)."""
+        return self.process.pid
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+
+
+def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 300) -> Server:
+    port = free_port()
+    if kind == TOOLKIT:
+        command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
+                   "--log-level", "warning"]
+    else:
+        command = [str(ANCHORS / "triton-anchor"), str(repo), "--http-port", str(port), "--grpc-port",
+                   str(free_port()), "--metrics-port", str(free_port())]
+    env = {**os.environ, "ANCHOR_ORT_THREADS": str(ort_threads), "ANCHOR_ORT_VERSION": ort_version}
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"{kind}-{repo.name}-{port}.log"
+    with open(log, "w") as handle:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    server = Server(kind, process, port, log)
+    deadline = time.monotonic() + timeout
+    while not _ready(port):
+        if process.poll() is not None:
+            raise RuntimeError(f"{kind} server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise TimeoutError(f"{kind} server not ready after {timeout} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    return server
+
+
+@contextlib.contextmanager
+def running(kinds: list[str], repo: Path, **options) -> Iterator[dict[str, Server]]:
+    """Both servers on `repo` (started one after the other), stopped on exit."""
+    servers: dict[str, Server] = {}
+    try:
+        for kind in kinds:
+            servers[kind] = start(kind, repo, **options)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.stop()
