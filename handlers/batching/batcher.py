@@ -10,7 +10,7 @@ Without `dynamic_batching` the same workers take requests one at a time, in arri
 (Triton's default scheduler: no priorities, no queue policy).
 
 Workers run at a lower CPU priority than the event loop (niceness TOOLKIT_INSTANCE_NICE, default
-10, like tritonserver's backend threads once ran at nice 5): the event loop's work per request is
+10; tritonserver also sets per-thread niceness on its batcher threads): the event loop's work per request is
 short and on every request's critical path, a model execution is long, and when the CPUs are
 saturated by executions a response should not wait for a time slice (docs/performance.md).
 """
