@@ -1,5 +1,10 @@
 """config.pbtxt parsing (protobuf text format, Triton's ModelConfig) and Triton's JSON form."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from toolkit.repository.errors import ConfigParseError
@@ -62,3 +67,31 @@ def test_json_has_int64_as_numbers_and_declaration_order():
     # fields without presence are always printed, unset messages are not
     assert doc["output"] == [] and doc["parameters"] == {} and "sequence_batching" not in doc
     assert to_triton_json(from_triton_json(doc)) == doc
+
+
+MAP_CONFIG = '''name: "m"
+parameters { key: "b" value: { string_value: "1" } }
+parameters { key: "a" value: { string_value: "2" } }
+parameters { key: "c" value: { string_value: "3" } }
+model_warmup [ { name: "w" batch_size: 1
+  inputs { key: "INPUT1" value: { data_type: TYPE_FP32 dims: [1] zero_data: true } }
+  inputs { key: "INPUT0" value: { data_type: TYPE_FP32 dims: [1] zero_data: true } } } ]
+'''
+
+
+def test_map_fields_are_written_in_key_order_whatever_the_hash_seed():
+    """Protobuf map order differs between processes; the compiled JSON (and so the build context
+    and the image tag) must not: maps come out sorted by key."""
+    script = (
+        "import json, sys; from toolkit.repository.model_config import parse_config_text, to_triton_json; "
+        "print(json.dumps(to_triton_json(parse_config_text(sys.stdin.read()))))"
+    )
+    outputs = {
+        subprocess.run([sys.executable, "-c", script], input=MAP_CONFIG, capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
+        for seed in range(6)
+    }
+    assert len(outputs) == 1
+    document = json.loads(outputs.pop())
+    assert list(document["parameters"]) == ["a", "b", "c"]
+    assert list(document["model_warmup"][0]["inputs"]) == ["INPUT0", "INPUT1"]

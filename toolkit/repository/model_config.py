@@ -130,7 +130,9 @@ def _ordered(data: dict[str, Any], desc: _descriptor.Descriptor) -> dict[str, An
         value = data[field.name]
         if _is_map(field):
             value_field = field.message_type.fields_by_name["value"]
-            out[field.name] = {k: _convert_value(value_field, v) for k, v in value.items()}
+            # Sorted: protobuf map order is arbitrary (it differs between processes), and the
+            # compiled JSON must be byte-identical for identical inputs (reproducible builds).
+            out[field.name] = {k: _convert_value(value_field, value[k]) for k in sorted(value)}
         elif field.is_repeated:
             out[field.name] = [_convert_value(field, v) for v in value]
         else:
