@@ -284,6 +284,12 @@ def _ceiling_table(model: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _bullets(out: list[str], heading: str, items: list[str]) -> None:
+    """A heading line and a bulleted list, when there is anything to list."""
+    if items:
+        out.extend([heading, "", *(f"- {item}" for item in items), ""])
+
+
 def _loosened(data: dict[str, Any]) -> list[str]:
     """The levels measured with more than the smallest stability percentage used."""
     found = []
@@ -320,13 +326,8 @@ def render(data: dict[str, Any], markdown_path: Path) -> Path:
         verdict = "n/a (reported)" if target.met is None else ("**yes**" if target.met else "**NO**")
         out.append(f"| {target.name} | {target.measured} | {verdict} |")
     out.append("")
-    missed = [t for t in found if t.met is False and t.reason]
-    if missed:
-        out.append("Targets not met, and what the measurements say about why (the profile is at the end):")
-        out.append("")
-        for target in missed:
-            out.append(f"- {target.name}: {target.reason}.")
-        out.append("")
+    _bullets(out, "Targets not met, and what the measurements say about why (the profile is at the end):",
+             [f"{t.name}: {t.reason}." for t in found if t.met is False and t.reason])
     for name, model in data["models"].items():
         out.append(f"## {name}")
         out.append("")
@@ -368,11 +369,6 @@ def render(data: dict[str, Any], markdown_path: Path) -> Path:
         "perf_analyzer could not stabilise these levels within its trials at the asked stability and they were "
         "measured again alone with a looser one (`stability` in the raw .json): " + "; ".join(loosened)
     ] if loosened else [])
-    if notes:
-        out.append("## Notes")
-        out.append("")
-        for note in notes:
-            out.append(f"- {note}")
-        out.append("")
+    _bullets(out, "## Notes", notes)
     markdown_path.write_text("\n".join(out))
     return markdown_path
