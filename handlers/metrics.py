@@ -9,8 +9,10 @@ nv_cpu_utilization, nv_cpu_memory_total_bytes, nv_cpu_memory_used_bytes, and wit
 (label `gpu_uuid`). Cold start, our own: toolkit_model_load_duration_seconds and
 toolkit_model_warmup_duration_seconds.
 
-Triton's counters carry no `_total` suffix; prometheus-client appends one to every counter, so
-they are exposed by a collector of our own with type `untyped` (docs/runtime.md). Everything is registered
+Triton's counters carry no `_total` suffix, and its text says `# TYPE <name> counter`.
+prometheus-client's text format renames every counter family `<name>_total` in its HELP and TYPE
+lines, so counters are collected as `CounterMetric` (untyped to prometheus-client) and
+`exposition` types them `counter` again: the text is Triton's line for line. Everything is registered
 in `REGISTRY`, which Python models' `pb_utils.MetricFamily` also use. Deviation: Triton serves
 metrics on a separate port (8002); serverless platforms expose one port, so `/metrics` shares it.
 """
@@ -18,6 +20,7 @@ metrics on a separate port (8002); serverless platforms expose one port, so `/me
 from __future__ import annotations
 
 import os
+import re
 import threading
 from typing import Iterable, Iterator
 
@@ -27,6 +30,14 @@ from prometheus_client.registry import Collector
 
 REGISTRY = CollectorRegistry(auto_describe=False)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class CounterMetric(Metric):
+    """A counter family as Triton exposes it: samples and HELP/TYPE lines under the same name,
+    without prometheus-client's `_total` (see the module doc and `exposition`)."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        super().__init__(name, documentation, "unknown")
 
 
 class _Child:
@@ -72,7 +83,10 @@ class Family:
             self._children.pop(values, None)
 
     def metric(self) -> Metric:
-        metric = Metric(self.name, self.documentation, self.kind)
+        if self.kind == "counter":
+            metric: Metric = CounterMetric(self.name, self.documentation)
+        else:
+            metric = Metric(self.name, self.documentation, self.kind)
         for values, child in list(self._children.items()):
             metric.add_sample(self.name, dict(zip(self.labelnames, values)), child.value)
         return metric
@@ -91,9 +105,7 @@ _MODEL = ("model", "version")
 
 
 def _counter(name: str, doc: str, labels: tuple[str, ...] = _MODEL) -> Family:
-    # Exposed as `untyped`: prometheus-client's text format appends `_total` to counter names,
-    # and Triton's counters have none. Names (what dashboards query) are Triton's exactly.
-    return Family(name, doc, "unknown", labels)
+    return Family(name, doc, "counter", labels)
 
 
 def _gauge(name: str, doc: str, labels: tuple[str, ...] = _MODEL) -> Family:
@@ -258,5 +270,22 @@ if _gpu is not None:
     REGISTRY.register(_gpu)
 
 
-def exposition() -> bytes:
-    return generate_latest(REGISTRY)
+class _Collected:
+    """Metrics already collected, in the shape generate_latest reads."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.metrics)
+
+
+_UNTYPED = re.compile(rb"^# TYPE (\S+) untyped$", re.M)
+
+
+def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
+    """The Prometheus text of every metric, counters typed `counter` without a `_total`."""
+    metrics = list(registry.collect())
+    counters = {m.name.encode() for m in metrics if isinstance(m, CounterMetric)}
+    text = generate_latest(_Collected(metrics))
+    return _UNTYPED.sub(lambda m: b"# TYPE " + m[1] + b" counter" if m[1] in counters else m[0], text)

@@ -189,6 +189,12 @@ def test_custom_metrics_on_the_metrics_endpoint(client, server):
         text = r.read().decode()
     assert 'probe_requests{model="probe_no_batching"}' in text
     assert "probe_batch_size_bucket" in text
+    # as tritonserver writes them (python_backend's custom_metrics example checks these lines):
+    # a counter keeps its name in HELP and TYPE, no `_total` anywhere
+    assert "# HELP probe_requests requests seen by the probe\n# TYPE probe_requests counter\n" in text
+    assert "# TYPE probe_batch_size histogram\n" in text
+    assert "# TYPE nv_inference_request_success counter\n" in text
+    assert "_total" not in text.replace("nv_cpu_memory_total_bytes", "").replace("nv_gpu_memory_total_bytes", "")
 
 
 def test_auto_complete_config_without_config_pbtxt(tmp_path):

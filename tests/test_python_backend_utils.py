@@ -415,9 +415,10 @@ def test_histogram_and_gauge(no_runtime):
 
 
 def test_metric_store_exposition_matches_tritons_format():
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import CollectorRegistry
 
     from handlers.backends.python.metric_store import COUNTER, HISTOGRAM, MetricStore
+    from handlers.metrics import CounterMetric, exposition
 
     store = MetricStore()
     counter = store.metric(store.family("expo_counter", "a counter", COUNTER), {"k": "v"}, None)
@@ -427,7 +428,7 @@ def test_metric_store_exposition_matches_tritons_format():
         store.update(hist, "observe", value)
     families = {m.name: m for m in store.collect()}
     # Triton's names: a counter without `_total`, a histogram's _count/_sum/_bucket samples
-    assert families["expo_counter"].type == "counter"
+    assert isinstance(families["expo_counter"], CounterMetric)
     assert [(s.name, s.labels, s.value) for s in families["expo_counter"].samples] == [("expo_counter", {"k": "v"}, 2)]
     assert [(s.name, s.labels, s.value) for s in families["expo_hist"].samples] == [
         ("expo_hist_count", {"a": "b"}, 3),
@@ -438,8 +439,11 @@ def test_metric_store_exposition_matches_tritons_format():
     ]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(store)
-    text = generate_latest(registry).decode()
+    text = exposition(registry).decode()
     assert 'expo_counter{k="v"} 2.0' in text and 'expo_hist_bucket{a="b",le="+Inf"} 3.0' in text
+    assert "# HELP expo_counter a counter\n# TYPE expo_counter counter\n" in text
+    assert "# HELP expo_hist h\n# TYPE expo_hist histogram\n" in text
+    assert "_total" not in text
 
 
 # --- the runner's error formatting ----------------------------------------------------------------------------

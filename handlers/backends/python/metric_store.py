@@ -123,6 +123,8 @@ class MetricStore:
         """prometheus-client collector protocol."""
         from prometheus_client.core import Metric
 
+        from ...metrics import CounterMetric
+
         with self._lock:
             families = [(f, [(m, self._metrics[m][1]) for m in f.metrics.values()]) for f in self._families]
             snapshot = [
@@ -130,7 +132,8 @@ class MetricStore:
                 for f, ms in families
             ]
         for fam, metrics in snapshot:
-            out = Metric(fam.name, fam.description, KIND_NAMES[fam.kind])
+            out = (CounterMetric(fam.name, fam.description) if fam.kind == COUNTER
+                   else Metric(fam.name, fam.description, KIND_NAMES[fam.kind]))
             for labels, value, buckets, counts, count, total in metrics:
                 if fam.kind == HISTOGRAM:
                     out.add_sample(fam.name + "_count", labels, count)
