@@ -21,28 +21,15 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-import model_builders as mb
-from conftest import write_config
 from handlers.batching import merge
 from handlers.batching.batcher import DEFAULT_INSTANCE_NICE, INSTANCE_NICE_ENV, instance_niceness
-from serving import serve
+from serving import ROOT, serve
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("fastpath") / "models"
-    mb.add_sub(repo / "add_sub" / "1" / "model.onnx")
-    write_config(repo, "add_sub", """
-        name: "add_sub"
-        backend: "onnxruntime"
-        max_batch_size: 8
-        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-                { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] },
-                 { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
-        dynamic_batching { }
-    """)
-    with serve(repo) as running:
+def server():
+    """The bundled quickstart sample: add_sub with dynamic batching and two instances."""
+    with serve(ROOT / "samples" / "quickstart") as running:
         yield running
 
 
