@@ -11,6 +11,7 @@ names the docker client to use when several are installed.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 import platform as host_platform
@@ -99,8 +100,8 @@ def check_platform_buildable(platform: str) -> None:
         )
 
 
-class Builder:
-    """One container engine CLI."""
+class Builder(abc.ABC):
+    """One container engine CLI (DockerBuilder, PodmanBuilder, BuildahBuilder)."""
 
     name = "engine"
     can_run = False  # can start a service container (cold start measurement)
@@ -110,8 +111,9 @@ class Builder:
         self.env = env
 
     # -- commands ---------------------------------------------------------------------------------
+    @abc.abstractmethod
     def build_command(self, context: Path, tags: list[str], platform: str) -> list[str]:
-        raise NotImplementedError
+        ...
 
     def env_prefix(self) -> str:
         """Environment assignments to print before the build command."""
@@ -123,15 +125,17 @@ class Builder:
     def build(self, context: Path, tags: list[str], platform: str, on_line: OnLine | None = None) -> None:
         _stream(self.build_command(context, tags, platform), self.env, on_line, f"{self.name} build")
 
+    @abc.abstractmethod
     def push(self, reference: str, on_line: OnLine | None = None) -> None:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def inspect(self, reference: str) -> ImageInfo:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def probe(self, image: str, script: str, platform: str) -> str:
         """Run `python3 -c script` in `image` (no network); its output."""
-        raise NotImplementedError
 
     def run_detached(self, image: str, args: list[str]) -> str:
         raise BuildError(f"{self.name} cannot run images here")
