@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
+# Triton's GetElementCount, one definition shared with the runtime's checks.
+from handlers.backends.python.config_checks import element_count
+
 from .backend_fields import ENSEMBLE_PLATFORM, KNOWN_BACKENDS, PLATFORM_BACKENDS, TENSORRT_PLATFORM
 from .errors import ModelError
 from .model_config import ModelInput, ModelInstanceGroup, pb2
@@ -20,16 +23,6 @@ TYPE_STRING = pb2.TYPE_STRING
 
 def _fail(config: Message, message: str, hint: str | None = None) -> ModelError:
     return ModelError(message, model=config.name or None, hint=hint)
-
-
-def element_count(dims) -> int:
-    """Triton's GetElementCount: -1 when any dimension is variable."""
-    count = 1
-    for d in dims:
-        if d == WILDCARD_DIM:
-            return -1
-        count *= d
-    return count
 
 
 # --- ValidateModelConfig ------------------------------------------------------------------------

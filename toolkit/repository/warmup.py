@@ -30,16 +30,15 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
+# Triton's primitives and limits, shared with the image-side check of python models completed in
+# the build (handlers/backends/python/warmup_check.py): one definition of each.
+from handlers.backends.python.warmup_check import MAX_WARMUP_SAMPLE_BYTES, REQUEST_PREFIX, join_path
+from handlers.warmup import WARMUP_FOLDER
+
 from .discover import within
 from .errors import CODE_INTERNAL, ModelError
 from .model_config import DataType
 from .validate import data_type_byte_size, element_count
-
-WARMUP_FOLDER = "warmup"
-# The synthetic data of one warmup sample (all inputs, all batch_size requests) must fit here.
-MAX_WARMUP_SAMPLE_BYTES = 1 << 30
-# InferenceRequest::LogRequest() of a warmup request (it has no id).
-REQUEST_PREFIX = "[request id: <id_unknown>] "
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
     "prepended to each input shape. If you want to specify the full shape including the batch dim in "
@@ -60,19 +59,6 @@ def protocol_type_name(data_type: int) -> str:
         return "BYTES"
     name = DataType.Name(data_type)
     return "<invalid>" if name == "TYPE_INVALID" else name[len("TYPE_"):]
-
-
-def join_path(*segments: str) -> str:
-    """Triton's JoinPath: an absolute segment is appended, not substituted ('/x' -> 'dir/x')."""
-    joined = ""
-    for seg in segments:
-        if not joined:
-            joined = seg
-        elif seg.startswith("/"):
-            joined += seg[1:] if joined.endswith("/") else seg
-        else:
-            joined += seg if joined.endswith("/") else "/" + seg
-    return joined
 
 
 def first_instance_name(config: Message) -> str:

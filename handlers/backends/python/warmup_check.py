@@ -32,7 +32,9 @@ from ...warmup import WARMUP_FOLDER, WarmupError, warmup_samples
 from .config_checks import element_count
 from .config_update import CODE_INTERNAL, ConfigError
 
-MAX_WARMUP_SAMPLE_BYTES = 1 << 30  # toolkit/repository/warmup.py's limit
+# The synthetic data of one warmup sample (all inputs, all batch_size requests) must fit here
+# (toolkit/repository/warmup.py uses the same limit).
+MAX_WARMUP_SAMPLE_BYTES = 1 << 30
 REQUEST_PREFIX = "[request id: <id_unknown>] "  # InferenceRequest::LogRequest() of a warmup request
 
 
@@ -40,7 +42,7 @@ def _shape(dims: list[int]) -> str:
     return "[" + ",".join(str(d) for d in dims) + "]"
 
 
-def _join_path(*segments: str) -> str:
+def join_path(*segments: str) -> str:
     """Triton's JoinPath: an absolute segment is appended, not substituted ('/x' -> 'dir/x')."""
     joined = ""
     for segment in segments:
@@ -91,7 +93,7 @@ def _generate_data_checks(spec: ModelSpec, sample: Mapping[str, Any]) -> None:
         if "input_data_file" not in meta:
             continue
         filename = str(meta["input_data_file"])
-        text = _join_path(str(spec.directory.absolute()), WARMUP_FOLDER, filename)
+        text = join_path(str(spec.directory.absolute()), WARMUP_FOLDER, filename)
         path = Path(text)
         if not path.resolve().is_relative_to(warmup_dir.resolve()):
             raise ConfigError(
@@ -146,4 +148,4 @@ def check_warmup(spec: ModelSpec, version: int) -> list[str]:
     return warnings
 
 
-__all__ = ["MAX_WARMUP_SAMPLE_BYTES", "check_warmup"]
+__all__ = ["MAX_WARMUP_SAMPLE_BYTES", "REQUEST_PREFIX", "check_warmup", "join_path"]
