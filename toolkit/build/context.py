@@ -35,7 +35,7 @@ from .hooks import python_autocomplete_command
 from .runtime_deps import RuntimeSet
 from .runtime_imports import RUNTIME_PACKAGE, check_runtime_imports
 from .targets import CONTAINER_MODULE, IMAGE_USER, LAMBDA_HANDLER, ImageLayout, Target
-from .wheelhouse import Wheelhouse, install_into
+from .wheelhouse import Wheelhouse, file_sha256, install_into
 
 # 1980-01-01T00:00:00Z: the oldest time every archive format (zip, tar) stores exactly.
 EPOCH = 315532800
@@ -236,14 +236,6 @@ def normalize_tree(root: Path) -> None:
     os.utime(root, (EPOCH, EPOCH))
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def tree_digest(root: Path, exclude: tuple[str, ...] = ()) -> str:
     """sha256 over (relative path, mode, content sha256) of every file under `root`."""
     digest = hashlib.sha256()
@@ -252,7 +244,7 @@ def tree_digest(root: Path, exclude: tuple[str, ...] = ()) -> str:
         if relative in exclude or relative.split("/", 1)[0] in exclude or not path.is_file():
             continue
         mode = path.stat().st_mode & 0o777
-        digest.update(f"{relative}\0{mode:o}\0{_file_digest(path)}\n".encode())
+        digest.update(f"{relative}\0{mode:o}\0{file_sha256(path)}\n".encode())
     return "sha256:" + digest.hexdigest()
 
 

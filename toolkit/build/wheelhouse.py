@@ -213,17 +213,15 @@ def _pip_settings() -> dict[str, str]:
 def _local_digest(path: Path) -> str:
     """sha256 of a local file, or of a folder's files (name, size, content) one level deep."""
     if path.is_file():
-        return _sha256(path)
+        return file_sha256(path)
     entries = sorted(p for p in path.iterdir() if p.is_file()) if path.is_dir() else []
-    return hashlib.sha256("".join(f"{p.name}\0{_sha256(p)}\n" for p in entries).encode()).hexdigest()
+    return hashlib.sha256("".join(f"{p.name}\0{file_sha256(p)}\n" for p in entries).encode()).hexdigest()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file's content."""
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def cache_key(runtime: RuntimeSet, model_requirements: Iterable[ModelRequirements], base: BaseImage) -> str:
