@@ -242,10 +242,8 @@ def serve(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = _compile(repo, model, _resolve_device(device), False)
-    for name in sorted(result.failures):
-        error = result.failures[name]
-        where = f"{error.location}: " if error.location else ""
-        err_console.print(f"[red]error:[/red] {name}: {where}{error.message}", highlight=False, soft_wrap=True)
+    for line in result.failure_lines():
+        err_console.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
     if result.failures and exit_on_error:
         raise typer.Exit(1)
     for name, compiled in sorted(result.models.items()):

@@ -168,12 +168,7 @@ def completed_in_image(compiled: CompiledRepository) -> list[str]:
 
 def _raise_failures(compiled: CompiledRepository) -> None:
     if compiled.failures:
-        lines = []
-        for name in sorted(compiled.failures):
-            error = compiled.failures[name]
-            where = f"{error.location}: " if error.location else ""
-            lines.append(f"{name}: {where}{error.message}")
-        raise BuildError("the repository has invalid models; nothing was built:\n  " + "\n  ".join(lines))
+        raise BuildError("the repository has invalid models; nothing was built:\n  " + "\n  ".join(compiled.failure_lines()))
 
 
 def _describe_base(options: BuildOptions, target: Target, builder: Builder | None, ui: BuildUI) -> BaseImage:

@@ -17,12 +17,8 @@ def compile_for_deploy(repository: str, models: list[str] | None, device: str) -
     except (RepositoryError, ValueError) as exc:
         raise DeployOptionError(str(exc)) from None
     if compiled.failures:
-        lines = []
-        for name in sorted(compiled.failures):
-            error = compiled.failures[name]
-            where = f"{error.location}: " if error.location else ""
-            lines.append(f"{name}: {where}{error.message}")
-        raise DeployOptionError("the repository has invalid models; nothing was deployed:\n  " + "\n  ".join(lines))
+        raise DeployOptionError("the repository has invalid models; nothing was deployed:\n  "
+                                + "\n  ".join(compiled.failure_lines()))
     if not compiled.models:
         raise DeployOptionError(f"the repository {repository} has no models")
     return compiled

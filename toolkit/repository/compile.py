@@ -101,6 +101,15 @@ class CompiledRepository:
     def ok(self) -> bool:
         return not self.failures
 
+    def failure_lines(self) -> list[str]:
+        """One line per failed model, by name: `name: location: message`."""
+        lines = []
+        for name in sorted(self.failures):
+            error = self.failures[name]
+            where = f"{error.location}: " if error.location else ""
+            lines.append(f"{name}: {where}{error.message}")
+        return lines
+
     def manifest(self) -> dict[str, Any]:
         """The JSON document the runtime (handlers/) reads; it never sees protobuf."""
         return {
