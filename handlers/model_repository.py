@@ -13,12 +13,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
+from .backends import backend_module
 from .batching import DynamicBatcher
 from .errors import InferenceError, not_found, unavailable
 from .inference import InferRequest, InferResponse
-from .instance_group import InstanceSlot, instance_slots
+from .instance_group import instance_slots
 from .manifest import Manifest, ModelSpec
 from .metrics import ModelMetrics
 from .statistics import ModelStatistics
@@ -33,25 +34,6 @@ class ModelState(enum.Enum):
     LOADING = "LOADING"
     READY = "READY"
     UNAVAILABLE = "UNAVAILABLE"
-
-
-# backend name -> factory(spec, version, slot) -> model instance with .execute(requests)
-InstanceFactory = Callable[[ModelSpec, int, InstanceSlot], Any]
-
-
-def _onnxruntime_factory(spec: ModelSpec, version: int, slot: InstanceSlot) -> Any:
-    from .backends.onnxruntime import OnnxRuntimeInstance
-
-    return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id)
-
-
-def _python_factory(spec: ModelSpec, version: int, slot: InstanceSlot) -> Any:
-    from .backends.python import create_instance
-
-    return create_instance(spec, version, slot.name, slot.kind, slot.device_id)
-
-
-DEFAULT_BACKENDS: dict[str, InstanceFactory] = {"onnxruntime": _onnxruntime_factory, "python": _python_factory}
 
 
 @dataclass
@@ -116,20 +98,18 @@ class ModelRepository:
         self,
         manifest: Manifest,
         *,
-        backends: dict[str, InstanceFactory] | None = None,
         no_queue_delay: bool = False,
     ) -> None:
         self.manifest = manifest
-        self.backends = dict(DEFAULT_BACKENDS if backends is None else backends)
         self.no_queue_delay = no_queue_delay
         self.models: dict[str, dict[int, LoadedModel]] = {
             name: {v: LoadedModel(spec, v) for v in spec.versions} for name, spec in manifest.models.items()
         }
         self._loaded = threading.Event()
-        if any(spec.backend == "python" for spec in manifest.models.values()):
-            from .backends.python import attach_repository
-
-            attach_repository(self)  # BLS: Python models call other models of this repository
+        for backend in sorted({spec.backend for spec in manifest.models.values()} - {ENSEMBLE}):
+            module = backend_module(backend)
+            if module is not None and hasattr(module, "attach_repository"):
+                module.attach_repository(self)  # e.g. BLS: Python models call this repository's models
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -158,9 +138,10 @@ class ModelRepository:
     def _load_version(self, model: LoadedModel) -> None:
         started = time.perf_counter()
         try:
-            factory = self.backends.get(model.spec.backend)
-            if factory is None:
+            module = backend_module(model.spec.backend)
+            if module is None:
                 raise RuntimeError(f"backend '{model.spec.backend}' is not available in this runtime")
+            factory = module.create_instance
             model.load_labels()
             slots = instance_slots(model.spec.config)
             with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from python_models.repository import FIXTURES, close, load, python_model
 
-from handlers.backends.python import PythonModelLoadError, create_instance
+from handlers.backends.python import PythonModelLoadError, new_instance as create_instance
 from handlers.backends.python.inprocess_instance import InProcessInstance
 from handlers.backends.python.process_instance import ProcessInstance
 from handlers.errors import ErrorCode, InferenceError

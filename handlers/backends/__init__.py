@@ -1,1 +1,25 @@
-"""Model backends: onnxruntime (ONNX Runtime sessions), python (Triton python-backend model.py)."""
+"""Model backends: one module or package per Triton backend.
+
+A backend module provides `create_instance(spec, version, slot)`, returning a model instance with
+`.execute(requests) -> outcomes` (and optionally `.close()`); a package may also provide
+`attach_repository(repository)`, called once when the repository holds one of its models (the
+python backend's BLS). Backends are imported only when a model uses them, so an image carries
+and loads only the frameworks its models need.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+# Triton backend name -> the module serving it (ensembles are scheduled by the repository itself).
+BACKEND_MODULES: dict[str, str] = {
+    "onnxruntime": "handlers.backends.onnxruntime",
+    "python": "handlers.backends.python",
+}
+
+
+def backend_module(name: str) -> ModuleType | None:
+    """The module serving backend `name`, imported on first use; None when no module serves it."""
+    path = BACKEND_MODULES.get(name)
+    return None if path is None else importlib.import_module(path)

@@ -187,6 +187,11 @@ def _onnx_file(path: Path) -> Path:
     return path / "model.onnx" if path.is_dir() else path
 
 
+def create_instance(spec: ModelSpec, version: int, slot: Any) -> "OnnxRuntimeInstance":
+    """One instance (the backend contract, handlers/backends/__init__.py)."""
+    return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id)
+
+
 class OnnxRuntimeInstance:
     """One model instance: its own InferenceSession, used by one batcher worker thread at a time."""
 

@@ -271,6 +271,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         aws_lambda=target.name == "lambda",
         runtime_client=not base.lambda_base,
         gpu_cuda=options.cuda if gpu else None,
+        backends={model.backend for model in compiled.models.values()},
     )
     layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT
     name = options.name or default_image_name(compiled.root)

@@ -20,6 +20,7 @@ NVIDIA driver, with CUDA and cuDNN from NVIDIA's PyPI wheels (no CUDA base image
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
@@ -130,9 +131,31 @@ class RuntimeSet:
     cuda: CudaLine | None = None
 
 
-def runtime_requirements(*, server: bool, aws_lambda: bool, runtime_client: bool, gpu_cuda: int | None) -> RuntimeSet:
+def _onnxruntime(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
+    return (ONNXRUNTIME_CPU,) if cuda is None else (cuda.onnxruntime,)
+
+
+# What each backend's models add to an image: backend -> f(CUDA line of a GPU image, or None for
+# CPU) -> requirements installed alone (no_deps). Python models keep ONNX Runtime (model.py files
+# commonly import it without listing it; see docs/build.md).
+BACKEND_RUNTIME: dict[str, Callable[[CudaLine | None], tuple[RuntimeRequirement, ...]]] = {
+    "onnxruntime": _onnxruntime,
+    "python": _onnxruntime,
+}
+DEFAULT_BACKENDS = frozenset({"onnxruntime"})
+
+
+def runtime_requirements(
+    *,
+    server: bool,
+    aws_lambda: bool,
+    runtime_client: bool,
+    gpu_cuda: int | None,
+    backends: Iterable[str] = DEFAULT_BACKENDS,
+) -> RuntimeSet:
     """The requirements of an image: `server` (uvicorn), `aws_lambda` (Mangum), `runtime_client`
-    (awslambdaric, for non-AWS base images), `gpu_cuda` (CUDA major of a GPU image, else CPU)."""
+    (awslambdaric, for non-AWS base images), `gpu_cuda` (CUDA major of a GPU image, else CPU),
+    `backends` (the backends of its models: each adds its framework, BACKEND_RUNTIME)."""
     resolved: list[RuntimeRequirement] = list(CORE)
     if server:
         resolved.extend(SERVER)
@@ -141,16 +164,18 @@ def runtime_requirements(*, server: bool, aws_lambda: bool, runtime_client: bool
         if runtime_client:
             resolved.append(LAMBDA_RUNTIME_CLIENT)
     cuda = None
-    if gpu_cuda is None:
-        no_deps = (ONNXRUNTIME_CPU,)
-    else:
+    if gpu_cuda is not None:
         if gpu_cuda not in CUDA_LINES:
             raise ValueError(f"unsupported CUDA major {gpu_cuda} (supported: {', '.join(map(str, CUDA_LINES))})")
         cuda = CUDA_LINES[gpu_cuda]
         resolved.extend(cuda.libraries)
         resolved.append(NVML)
-        no_deps = (cuda.onnxruntime,)
-    return RuntimeSet(tuple(resolved), no_deps, cuda)
+    no_deps: list[RuntimeRequirement] = []
+    for backend in sorted(backends):
+        for requirement in BACKEND_RUNTIME.get(backend, lambda _: ())(cuda):
+            if requirement not in no_deps:
+                no_deps.append(requirement)
+    return RuntimeSet(tuple(resolved), tuple(no_deps), cuda)
 
 
 def allowed_runtime_imports() -> frozenset[str]:

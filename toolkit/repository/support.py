@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from google.protobuf.message import Message
 
-from .backend_fields import ENSEMBLE_PLATFORM, ONNXRUNTIME_BACKEND, PYTHON_BACKEND
+from handlers.backends import BACKEND_MODULES
+
+from .backend_fields import ENSEMBLE_PLATFORM
 from .errors import UnsupportedModelError
 
-SUPPORTED_BACKENDS = (ONNXRUNTIME_BACKEND, PYTHON_BACKEND)
+# The backends the runtime has a module for (handlers/backends/__init__.py).
+SUPPORTED_BACKENDS = tuple(BACKEND_MODULES)
 
 _BACKEND_ADVICE = {
     "tensorrt": (
@@ -36,7 +39,7 @@ def check_supported(config: Message) -> None:
         platform = f" (platform '{config.platform}')" if config.platform else ""
         raise UnsupportedModelError(
             f"model '{name}' uses backend '{config.backend}'{platform}, which cannot be served here: "
-            f"supported are backend onnxruntime, backend python and platform ensemble; {advice}",
+            f"supported are {', '.join('backend ' + b for b in SUPPORTED_BACKENDS)} and platform ensemble; {advice}",
             model=name,
         )
     if config.HasField("sequence_batching"):

@@ -114,8 +114,13 @@ def instance_mode(spec: Any, version: int) -> str:
     return PROCESS
 
 
-def create_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> Any:
-    """One instance of a Python model (the backend factory's work)."""
+def create_instance(spec: Any, version: int, slot: Any) -> Any:
+    """One instance of a Python model (the backend contract, handlers/backends/__init__.py)."""
+    return new_instance(spec, version, slot.name, slot.kind, slot.device_id)
+
+
+def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> Any:
+    """One instance of a Python model, named `name`, on `kind` / `device_id`."""
     policy = spec.config.get("model_transaction_policy") or {}
     if policy.get("decoupled"):
         raise PythonModelLoadError(
