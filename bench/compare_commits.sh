@@ -14,7 +14,7 @@ before=$1; after=$2; repo=$(realpath "$3"); model=$4; shift 4
 [ "${1:-}" = "--" ] && shift
 runs=${RUNS:-3}
 py="$root/.venv/bin/python"
-pa="${TOOLKIT_PERF_ANALYZER:-$root/../shared/anchors/perf-analyzer}"
+pa="${TOOLKIT_PERF_ANALYZER:-$root/scripts/tools/perf_analyzer}"
 work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/before" 2>/dev/null; git -C "$root" worktree remove --force "$work/after" 2>/dev/null; rm -rf "$work"' EXIT
 git -C "$root" worktree add -q --detach "$work/before" "$before"

@@ -1,4 +1,4 @@
-"""Run the real perf_analyzer (shared/anchors/perf-analyzer, 2.51) and parse what it prints.
+"""Run the real perf_analyzer (scripts/tools/perf_analyzer, 2.51) and parse what it prints.
 
 One `Level` per concurrency level: the client side (throughput, p50/p90/p95/p99, request count)
 and the server side perf_analyzer reads from the statistics extension (inference and execution
@@ -16,8 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ANCHORS = Path(os.environ.get("TOOLKIT_ANCHORS", ROOT.parent / "shared" / "anchors"))
-PERF_ANALYZER = Path(os.environ.get("TOOLKIT_PERF_ANALYZER", ANCHORS / "perf-analyzer"))
+PERF_ANALYZER = Path(os.environ.get("TOOLKIT_PERF_ANALYZER", ROOT / "scripts" / "tools" / "perf_analyzer"))
 
 
 @dataclass

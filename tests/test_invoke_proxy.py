@@ -53,13 +53,13 @@ from tritonclient.utils import InferenceServerException
 import model_builders as mb
 from conftest import write_config
 from serving import free_port, serve
+from tools import perf_analyzer
 from toolkit.deploy.errors import DeployError
 from toolkit.deploy.invoke import Endpoint, invoke
 from toolkit.deploy.proxy import SigningProxy
 from toolkit.deploy.signing import GoogleIdTokenSigner, NoSigner, SigV4Signer, signer_for
 
 ROOT = Path(__file__).resolve().parents[1]
-PERF_ANALYZER = os.environ.get("TOOLKIT_PERF_ANALYZER", str(ROOT.parent / "shared/anchors/perf-analyzer"))
 KEY_ID, SECRET, SESSION = "AKIDTOOLKITTEST", "toolkit-test-secret", "toolkit-session-token"
 GOOGLE_ISSUER = "https://accounts.google.com"
 
@@ -466,13 +466,12 @@ def test_proxy_replaces_client_credentials_and_reports_upstream_failures(sigv4_g
         assert json.loads(info.value.read())["error"].startswith(f"toolkit proxy: cannot reach http://127.0.0.1:{closed}")
 
 
-@pytest.mark.skipif(not Path(PERF_ANALYZER).exists(), reason="perf_analyzer anchor not installed")
 def test_perf_analyzer_through_the_sigv4_proxy(sigv4_gateway):
     signer = signer_for(sigv4_gateway.url, "iam", region="us-east-1")
     with SigningProxy(sigv4_gateway.url, signer, port=0) as proxy:
         host, port = proxy.address
         out = subprocess.run(
-            [PERF_ANALYZER, "-u", f"{host}:{port}", "-m", "add_sub", "-b", "2", "--shape", "INPUT0:16", "--shape", "INPUT1:16",
+            [perf_analyzer(), "-u", f"{host}:{port}", "-m", "add_sub", "-b", "2", "--shape", "INPUT0:16", "--shape", "INPUT1:16",
              "--concurrency-range", "2", "--request-count", "40"],
             capture_output=True, text=True, timeout=300,
         )

@@ -1,9 +1,8 @@
-"""The real perf_analyzer (2.51, /work/shared/anchors/perf-analyzer) against `toolkit serve`."""
+"""The real perf_analyzer (2.51, scripts/tools/perf_analyzer) against `toolkit serve`."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import urllib.request
@@ -14,12 +13,12 @@ import pytest
 import model_builders as mb
 from conftest import write_config
 from serving import serve
+from tools import perf_analyzer
 
-PERF_ANALYZER = os.environ.get("TOOLKIT_PERF_ANALYZER", str(Path(__file__).resolve().parents[2] / "shared/anchors/perf-analyzer"))
 
 
 def _perf(url: str, *args: str, timeout: float = 300) -> str:
-    out = subprocess.run([PERF_ANALYZER, "-u", url, *args], capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run([perf_analyzer(), "-u", url, *args], capture_output=True, text=True, timeout=timeout)
     assert out.returncode == 0, out.stdout + out.stderr
     return out.stdout
 
