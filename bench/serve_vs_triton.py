@@ -11,7 +11,7 @@ Models (bench/perf_models.py): `text_recognition`, the seeds' ResNet + CTC model
 a 16x16 MatMul whose cost is the serving stack's own per-request overhead.
 
 Configurations, every one with an explicit `instance_group { count, kind: KIND_CPU }` and ORT
-intra-op threads = ANCHOR_ORT_THREADS (default 1, `--ort-threads`):
+intra-op threads from the config's `intra_op_thread_count` (default 1, `--ort-threads`):
 (1) no dynamic batching, 1 instance; (2) dynamic batching, 1 instance; (3) dynamic batching,
 2 instances; (4a/4b) as (3) with max_queue_delay_microseconds 10 / 100. The tiny model runs (1)
 and (2).
@@ -21,7 +21,8 @@ Load: perf_analyzer 2.51 with the seeds' command `-b 2 --shape input.1:1,32,100
 shared 2-core machine), against both servers on the same repository. Both servers run during a
 configuration's measurements; the repeats alternate which one goes first (interleaved); ratios
 are of the medians. The raw ceiling is ONNX Runtime alone, in-process, at the batch sizes the
-batcher forms. Triton is the anchor build (python backend + ONNX Runtime), labelled as such.
+batcher forms. Triton is tritonserver 2.51 from scripts/tools/tritonserver (python backend +
+ONNX Runtime, docs/tools.md), labelled as such.
 """
 
 from __future__ import annotations
@@ -209,8 +210,7 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
         runs: dict[str, list] = {servers.TOOLKIT: [], servers.TRITON: []}
         entry["runs"][cfg.key] = runs
         _log(f"{model} ({cfg.key}) {cfg.title}: starting both servers")
-        with servers.running([servers.TOOLKIT, servers.TRITON], repo, ort_threads=args.ort_threads,
-                             ort_version=args.ort_version, logs=work / "logs") as started:
+        with servers.running([servers.TOOLKIT, servers.TRITON], repo, ort_version=args.ort_version, logs=work / "logs") as started:
             for kind, server in started.items():  # warm-up, not recorded (no stability asked)
                 perf_analyzer.run(model, server.url, shape=signature["shape"], concurrency=f"{args.target}:{args.target}",
                                   measurement_ms=1000, stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)
@@ -230,7 +230,7 @@ def profile_model(model: str, key: str, args: argparse.Namespace, work: Path) ->
     """py-spy on toolkit serve while perf_analyzer drives it at the target concurrency."""
     repo = work / f"{model}-{key}"
     signature = _SIGNATURES[model]
-    with servers.running([servers.TOOLKIT], repo, ort_threads=args.ort_threads, ort_version=args.ort_version,
+    with servers.running([servers.TOOLKIT], repo, ort_version=args.ort_version,
                          logs=work / "logs") as started:
         server = started[servers.TOOLKIT]
         seconds = 8.0
@@ -260,7 +260,7 @@ def main() -> None:
     parser.add_argument("--models", default=f"{TEXT},{TINY}")
     parser.add_argument("--configs", default="", help="only these configurations, e.g. 2,3 or text_recognition:2")
     parser.add_argument("--width", type=float, default=0.25, help="channel width of the text_recognition model")
-    parser.add_argument("--ort-threads", type=int, default=1, help="intra-op threads (= ANCHOR_ORT_THREADS)")
+    parser.add_argument("--ort-threads", type=int, default=1, help="intra-op threads (intra_op_thread_count) on both servers")
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--tiny-measurement-ms", type=int, default=1000)
     parser.add_argument("--stability", type=int, default=30, help="perf_analyzer --stability-percentage")
@@ -301,8 +301,8 @@ def main() -> None:
                 "load before start": f"{load:.2f} (1-minute load average; the run waits for < {args.max_load})",
                 "toolkit": f"commit {_git_commit()}, Python {platform.python_version()}, onnxruntime "
                            f"{args.ort_version}, uvicorn + httptools + uvloop",
-                "Triton": f"tritonserver 2.51.0 via shared/anchors/triton-anchor: python backend + ONNX Runtime "
-                          f"{args.ort_version}, CPU, ANCHOR_ORT_THREADS={args.ort_threads} (a conservative anchor, "
+                "Triton": f"tritonserver 2.51.0 via scripts/tools/tritonserver serve: python backend + ONNX Runtime "
+                          f"{args.ort_version}, CPU, intra_op_thread_count={args.ort_threads} (a conservative anchor, "
                           "not Triton's onnxruntime backend)",
                 "perf_analyzer": f"{perf_analyzer.version()}: -b 2 [--shape input.1:1,32,100] --concurrency-range "
                                  f"{args.concurrency} --percentile=95 --measurement-interval {args.measurement_ms} "
