@@ -284,11 +284,20 @@ class BuildahBuilder(PodmanBuilder):
         podman = shutil.which("podman")
         if podman:  # same containers-storage: podman reads layer sizes that buildah does not print
             return PodmanBuilder(podman, self.env).inspect(reference)
-        result = _run([self.executable, "images", "--json", reference], self.env)
+        # `buildah images --json` gives the size for people ("309 MB", buildah 1.28); the image's
+        # manifest lists each layer's exact size in containers-storage.
+        result = _run([self.executable, "inspect", "--type", "image", reference], self.env)
         if result.returncode != 0:
-            raise BuildError(f"buildah images {reference} failed", detail=result.stderr[-2000:])
-        data = json.loads(result.stdout)[0]
-        return ImageInfo(reference, data.get("id", ""), int(data.get("size") or 0))
+            raise BuildError(f"buildah inspect {reference} failed", detail=result.stderr[-2000:])
+        data = json.loads(result.stdout)
+        manifest = json.loads(data.get("Manifest") or "{}")
+        size = sum(int(layer.get("size") or 0) for layer in manifest.get("layers", []))
+        image = data.get("OCIv1") or {}
+        config = image.get("config") or {}
+        return ImageInfo(
+            reference, data.get("FromImageID", ""), size, labels=config.get("Labels") or {},
+            user=config.get("User", ""), architecture=image.get("architecture", ""),
+        )
 
     def probe(self, image: str, script: str, platform: str) -> str:
         made = _run([self.executable, "from", "--platform", platform, image], self.env, timeout=600)
