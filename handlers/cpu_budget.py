@@ -305,6 +305,15 @@ class CpuPlan:
             lines[model] = ", ".join(parts) + (f", for each of {versions} versions" if versions > 1 else "")
         return lines
 
+    def compact(self) -> dict[str, str]:
+        """Per model, the threads of its instances in few characters: '1 (budget)', '2, 1 (budget)'."""
+        found: dict[str, tuple[list[int], str]] = {}
+        for share in self.shares:
+            threads, source = found.setdefault(share.model, ([], share.source))
+            threads.append(share.threads)
+        return {model: ", ".join(str(t) for t in sorted(set(threads), reverse=True)) + f" ({source})"
+                for model, (threads, source) in found.items()}
+
     def lines(self) -> list[str]:
         return [self.summary()] + [f"  {model}: {text}" for model, text in self.model_lines().items()]
 

@@ -324,3 +324,43 @@ def test_toolkit_serve_logs_the_plan_and_its_sessions_and_processes_get_it(tmp_p
     assert sessions == {"shared_0_0": 2, "shared_0_1": 1, "fixed_0_0": 1}  # Triton names: <group>_<i>
     assert list(seen.values()) == [{"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                                     "TOOLKIT_CPU_THREADS": "1"}] * 2
+
+
+# -- what toolkit shows -------------------------------------------------------------------------------
+
+
+def _quickstart_like(root: Path, count: int) -> Path:
+    matmul_relu(root / "m" / "1" / "model.onnx")
+    (root / "m" / "config.pbtxt").write_text(ONNX_CONFIG.format(count=count, extra=""))
+    return root
+
+
+def test_toolkit_validate_shows_the_plan_for_the_cpus_asked(tmp_path):
+    from typer.testing import CliRunner
+
+    from toolkit.cli import app
+
+    repo = _quickstart_like(tmp_path / "repo", 3)
+    result = CliRunner().invoke(app, ["validate", str(repo), "--cpus", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    budget = json.loads(result.stdout)["cpu_budget"]
+    assert budget["cpus"] == 4 and budget["basis"] == "--cpus 4"
+    assert [i["threads"] for i in budget["instances"]] == [2, 1, 1]
+    table = CliRunner().invoke(app, ["validate", str(repo), "--cpus", "1.5"], env={"COLUMNS": "200"})
+    assert "2 (budget)" not in table.stdout and "1 (budget)" in table.stdout
+    assert "CPU budget: 1 CPU (--cpus 1.5); 3 instances, 3 threads in all (more instances than CPUs" in table.stdout
+
+
+def test_the_build_report_plans_for_the_targets_cpus(tmp_path):
+    """Lambda: the vCPUs its memory buys, one request at a time; Cloud Run: --cpu."""
+    from toolkit.deploy.aws_lambda.settings import LambdaOverrides
+    from toolkit.deploy.manifests import target_cpu_plan
+    from toolkit.deploy.service_settings import ServiceOverrides
+    from toolkit.repository.compile import compile_repository
+
+    compiled = compile_repository(_quickstart_like(tmp_path / "repo", 2), None, "cpu")
+    lam = target_cpu_plan("lambda", "m", compiled, LambdaOverrides(memory_mb=3538))
+    assert lam.serial and lam.cpus.cpus == 2 and lam.cpus.basis == "AWS Lambda 3538 MB = 2.00 vCPU"
+    assert [s.threads for s in lam.shares] == [2, 2]
+    run = target_cpu_plan("cloudrun", "m", compiled, ServiceOverrides(cpu="4", memory="4Gi"))
+    assert run.cpus.basis == "cloudrun --cpu 4" and [s.threads for s in run.shares] == [2, 2]
