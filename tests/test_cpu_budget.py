@@ -364,3 +364,11 @@ def test_the_build_report_plans_for_the_targets_cpus(tmp_path):
     assert [s.threads for s in lam.shares] == [2, 2]
     run = target_cpu_plan("cloudrun", "m", compiled, ServiceOverrides(cpu="4", memory="4Gi"))
     assert run.cpus.basis == "cloudrun --cpu 4" and [s.threads for s in run.shares] == [2, 2]
+
+
+def test_toolkit_serve_refuses_a_bad_cpu_count(tmp_path):
+    repo = _quickstart_like(tmp_path / "repo", 1)
+    done = subprocess.run([sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--device", "cpu", "--port", "1"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "TOOLKIT_CPUS": "x"})
+    assert done.returncode == 2
+    assert "TOOLKIT_CPUS must be a whole number of CPUs, got 'x'" in done.stderr

@@ -269,7 +269,11 @@ def serve(
         for warning in compiled.warnings:
             err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
-    repository = ModelRepository(manifest)
+    try:
+        repository = ModelRepository(manifest)
+    except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)
     raise typer.Exit(run_server(repository, host, port, exit_on_error=exit_on_error, log_level=log_level))
 
