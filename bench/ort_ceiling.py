@@ -53,6 +53,8 @@ def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], insta
     start.wait()
     began = time.perf_counter()
     time.sleep(seconds)
+    while sum(counts) == 0:  # a run longer than the window (a big batch on a busy machine)
+        time.sleep(0.01)
     stop.set()
     counts_at_stop = sum(counts)
     elapsed = time.perf_counter() - began
@@ -87,7 +89,7 @@ def measure(
 def at_batch(ceilings: Mapping[tuple[int, int], float], instances: int, batch: float) -> float | None:
     """The ceiling at an average executed batch size: the time per inference is interpolated
     linearly between the two measured batch sizes around it (clamped to the measured range)."""
-    sizes = sorted(size for count, size in ceilings if count == instances)
+    sizes = sorted(size for count, size in ceilings if count == instances and ceilings[(count, size)] > 0)
     if not sizes or batch <= 0:
         return None
     if batch <= sizes[0]:

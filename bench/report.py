@@ -217,7 +217,7 @@ def ceiling_for(model: dict[str, Any], key: str, batch: float) -> float | None:
 def batch_scaling(model: dict[str, Any]) -> str:
     """ORT alone, 1 instance: inferences/s at the largest batch over the request's batch (2)."""
     ceilings = _ceilings(model)
-    sizes = sorted(b for i, b in ceilings if i == 1)
+    sizes = sorted(b for i, b in ceilings if i == 1 and ceilings[(i, b)] > 0)
     if len(sizes) < 2:
         return "n/a"
     low, high = sizes[0], sizes[-1]
@@ -397,7 +397,7 @@ def render(data: dict[str, Any], markdown_path: Path) -> Path:
             out.append(f"Batch-scaling limit of the model: {batch_scaling(model)}.")
             out.append("")
         if model.get("plans"):
-            out.append("### toolkit serve's CPU budget (its startup log)")
+            out.append("### toolkit serve's CPU budget (handlers/cpu_budget.py, as it plans at startup)")
             out.append("")
             for key, lines in model["plans"].items():
                 out.append(f"({key}):")

@@ -307,7 +307,7 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
                 except perf_analyzer.PerfAnalyzerError as exc:  # it warmed up all the same
                     _log(f"  warm-up of {kind}: {str(exc).splitlines()[-1]}")
             if model == FULL:
-                entry.setdefault("plans", {})[cfg.key] = _plan_lines(started[servers.TOOLKIT].log)
+                entry.setdefault("plans", {})[cfg.key] = _plan_lines(repo)
             for repeat in range(args.repeats):
                 order = [servers.TOOLKIT, servers.TRITON] if repeat % 2 == 0 else [servers.TRITON, servers.TOOLKIT]
                 for kind in order:
@@ -320,17 +320,13 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
                          f"p95 {last.p95_us / 1000:.1f} ms, batch {last.batch_size:.2f}")
 
 
-def _plan_lines(log: Path) -> list[str]:
-    """The CPU budget lines `toolkit serve` logged at startup."""
-    lines = log.read_text(errors="replace").splitlines()
-    found = []
-    for index, line in enumerate(lines):
-        if "CPU budget:" in line:
-            found.append(line[line.index("CPU budget:"):])
-            found.extend(rest.strip() for rest in lines[index + 1:] if rest.startswith("  "))
-        elif "ONNX Runtime intra-op threads" in line:
-            found.append(line[line.index("model '"):])
-    return found
+def _plan_lines(repo: Path) -> list[str]:
+    """The CPU budget `toolkit serve` plans (and logs at startup) for `repo` on this machine."""
+    from handlers import cpu_budget
+    from toolkit.repository.compile import compile_repository
+
+    compiled = compile_repository(repo, None, "cpu")
+    return cpu_budget.plan(compiled.models.values(), cpu_budget.available_cpus()).lines()
 
 
 def profile_model(model: str, key: str, args: argparse.Namespace, work: Path) -> str:
@@ -390,7 +386,9 @@ def main() -> None:
         print(report.render(data, args.render.with_suffix(".md")))
         return
     if args.quick:
-        args.repeats, args.concurrency, args.measurement_ms, args.tiny_measurement_ms = 1, "4:16:12", 1000, 500
+        args.repeats, args.measurement_ms, args.tiny_measurement_ms = 1, 1000, 500
+        if args.concurrency == parser.get_default("concurrency"):
+            args.concurrency = "4:16:12"
         args.full_measurement_ms = 4000
         args.ceiling_seconds, args.stability, args.max_trials = 1.0, 50, 6
     args.configs = {c.strip() for c in args.configs.split(",") if c.strip()}
