@@ -372,3 +372,10 @@ def test_toolkit_serve_refuses_a_bad_cpu_count(tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, "TOOLKIT_CPUS": "x"})
     assert done.returncode == 2
     assert "TOOLKIT_CPUS must be a whole number of CPUs, got 'x'" in done.stderr
+
+
+def test_omp_num_threads_in_the_serving_environment_is_an_explicit_count_for_python_models(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    cpu_plan = plan([_python("p", 2), _onnx("a", 1)], CpuCount(8, 8))
+    assert _threads(cpu_plan) == {"p_0": 3, "p_1": 3, "a_0": 2}
+    assert "OMP_NUM_THREADS" not in thread_environment(3)  # the environment's own value stays as it is
