@@ -412,6 +412,9 @@ def test_builder_none_writes_a_reproducible_context_and_prints_the_command(tmp_p
     assert report["image"] is None and report["cold_start"]["measured"] is False
     assert f"-t quickstart:{tag}" in report["build_command"] and "--network none" in report["build_command"]
     assert f"quickstart:{tag}" in result.output
+    # the runtime's CPU thread budget on the service's CPUs (2 instances -> --cpu 2 -> 1 thread each)
+    assert report["cpu_budget"]["cpus"] == 2 and report["cpu_budget"]["basis"] == "cloudrun --cpu 2"
+    assert [m["cpu_threads"] for m in report["models"]] == ["1 (budget)"]
     deps = report["python_deps"]
     assert {"numpy", "onnxruntime", "fastapi", "uvicorn", "uvloop", "httptools", "orjson", "prometheus-client"} <= set(deps)
     assert not set(deps) & (FORBIDDEN_DISTRIBUTIONS | {"mangum", "awslambdaric", "flatbuffers", "onnxruntime-gpu"})
