@@ -619,8 +619,9 @@ def run(
             server = SigningProxy(function.invoke_url, NoSigner(), host, port,
                                   log=(lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None)
             err_console.print(
-                f"serving {image} (lambda, under AWS's Lambda Runtime Interface Emulator; every request becomes a "
-                f"Function URL event, one at a time) on {server.url}; Ctrl-C stops", highlight=False, soft_wrap=True,
+                f"serving {image} (lambda, under AWS's Lambda Runtime Interface Emulator in container {function.container}; "
+                f"every request becomes a Function URL event, one at a time) on {server.url}; Ctrl-C stops",
+                highlight=False, soft_wrap=True,
             )
             try:
                 server.serve_forever()
@@ -630,7 +631,7 @@ def run(
             container = run_service(engine, image, port, host, environment)
             if wait_ready(f"http://{host}:{port}/v2/health/ready", 300.0, lambda: engine.running(container)) is None:
                 raise BuildError(f"{image} did not become ready", detail=engine.logs(container)[-3000:])
-            err_console.print(f"serving {image} ({kind}) on http://{host}:{port}; Ctrl-C stops", highlight=False)
+            err_console.print(f"serving {image} ({kind}, container {container}) on http://{host}:{port}; Ctrl-C stops", highlight=False)
             while engine.running(container):
                 time.sleep(1.0)  # the container runs on its own: wait for it to exit or for Ctrl-C
             err_console.print(f"[red]error:[/red] {image} exited", highlight=False)
