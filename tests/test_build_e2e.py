@@ -30,6 +30,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import manifest_checks
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
@@ -140,6 +141,9 @@ def test_cloudrun_image_is_small_labelled_and_carries_only_the_runtime(engine: d
     assert labels["io.triton-serverless-toolkit.versions"] == "add_sub:1"
     assert labels["io.triton-serverless-toolkit.repository.digest"] == cloudrun_image["repository_digest"]
     assert labels["io.triton-serverless-toolkit.version"] == "0.1.0"
+    (service,) = map(Path, cloudrun_image["manifests"])  # the Cloud Run service.yaml written beside the image
+    assert manifest_checks.knative_validate(service)[0] == 0
+    assert manifest_checks.kubernetes_strict_errors(manifest_checks.load(service)) == []
     check = (
         "import importlib.util as u; "
         "print(sorted(m for m in ('toolkit', 'google', 'onnx', 'jinja2', 'boto3', 'tritonclient', 'mangum') if u.find_spec(m)))"
@@ -177,6 +181,9 @@ def test_lambda_image_runs_as_lambda_runs_it(engine: dict[str, str], tmp_path: P
     assert report["image_size"] < LAMBDA_SIZE_GOAL, report["image_size"]
     assert {"mangum", "awslambdaric"} <= set(report["python_deps"]) and "uvicorn" not in report["python_deps"]
     assert any("6 MB" in w for w in report["warnings"])
+    (template,) = map(Path, report["manifests"])  # the SAM template written beside the image
+    checked = manifest_checks.sam_validate(template)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     cold = report["cold_start"]  # measured under the RIE: its INIT REPORT is part of the total
     assert cold["measured"] and "AWS Lambda RIE" in cold["how"], cold
     assert 0 < cold["init_seconds"] < cold["seconds"], cold
