@@ -584,6 +584,98 @@ def proxy(
         server.close()
 
 
+@app.command()
+def run(
+    image: Annotated[str, typer.Argument(help="An image built by toolkit build, e.g. quickstart:22e5eca68e81")],
+    port: Annotated[int, typer.Option(help="Local port of the v2 endpoint")] = 8000,
+    host: Annotated[str, typer.Option(help="Local address")] = "127.0.0.1",
+    target: Annotated[str, typer.Option(help="auto (the image's target label), lambda, cloudrun or knative")] = "auto",
+    env: Annotated[Optional[list[str]], typer.Option("--env", "-e", help="KEY=VALUE for the function / container (repeatable)")] = None,
+    builder: Annotated[str, typer.Option(help="Container engine: auto, docker or podman")] = "auto",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request; print the container's log at exit")] = False,
+) -> None:
+    """Run a built image here as its platform runs it and serve its v2 endpoint on --port, for
+    unmodified tritonclient scripts and perf_analyzer. Lambda images run under AWS's Lambda Runtime
+    Interface Emulator (read-only root, /tmp, non-root user) behind a Function URL front: every
+    request becomes a Function URL event. Cloud Run / Knative images run with PORT and a read-only root."""
+    import signal
+    import time
+
+    from .build import BuildError
+    from .build.builders import detect_builder, wait_ready
+    from .build.local_run import LocalLambda, run_service
+    from .deploy.errors import DeployError
+    from .deploy.proxy import SigningProxy
+    from .deploy.signing import NoSigner
+
+    environment: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            err_console.print(f"[red]error:[/red] --env {item}: expected KEY=VALUE", highlight=False)
+            raise typer.Exit(2)
+        environment[key] = value
+    if target not in ("auto", "lambda", "cloudrun", "knative"):
+        err_console.print(f"[red]error:[/red] --target {target}: choose auto, lambda, cloudrun or knative", highlight=False)
+        raise typer.Exit(2)
+
+    def _stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    engine = None
+    container = None
+    function: LocalLambda | None = None
+    try:
+        engine, notes = detect_builder(builder)
+        if engine is None or not engine.can_run:
+            raise BuildError(f"no container engine that runs images ({'; '.join(notes) or builder}): install docker or podman")
+        info = engine.inspect(image)
+        kind = target if target != "auto" else info.labels.get("io.triton-serverless-toolkit.target", "")
+        if kind not in ("lambda", "cloudrun", "knative"):
+            raise BuildError(f"{image} has no toolkit target label: pass --target lambda, cloudrun or knative")
+        if kind == "lambda":
+            function = LocalLambda(engine, image, arch=info.architecture or "amd64", environment=environment,
+                                   function_name=image.split("@")[0].split(":")[0].rsplit("/", 1)[-1])
+            function.start()
+            function.wait_listening()
+            server = SigningProxy(function.invoke_url, NoSigner(), host, port,
+                                  log=(lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None)
+            err_console.print(
+                f"serving {image} (lambda, under AWS's Lambda Runtime Interface Emulator in container {function.container}; "
+                f"every request becomes a Function URL event, one at a time) on {server.url}; Ctrl-C stops",
+                highlight=False, soft_wrap=True,
+            )
+            try:
+                server.serve_forever()
+            finally:
+                server.close()
+        else:
+            container = run_service(engine, image, port, host, environment)
+            if wait_ready(f"http://{host}:{port}/v2/health/ready", 300.0, lambda: engine.running(container)) is None:
+                raise BuildError(f"{image} did not become ready", detail=engine.logs(container)[-3000:])
+            err_console.print(f"serving {image} ({kind}, container {container}) on http://{host}:{port}; Ctrl-C stops", highlight=False)
+            while engine.running(container):
+                time.sleep(1.0)  # the container runs on its own: wait for it to exit or for Ctrl-C
+            err_console.print(f"[red]error:[/red] {image} exited", highlight=False)
+            err_console.print(engine.logs(container)[-3000:], style="dim", highlight=False, markup=False)
+            raise typer.Exit(1)
+    except KeyboardInterrupt:
+        pass
+    except (BuildError, DeployError) as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.detail:
+            err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        if verbose and engine is not None and (function or container):
+            err_console.print(function.logs() if function else engine.logs(container), style="dim", highlight=False, markup=False)
+        if function is not None:
+            function.stop()
+        if container is not None and engine is not None:
+            engine.remove_container(container)
+
+
 
 def _int_list(text: str | None, option: str) -> list[int] | None:
     if text is None:

@@ -66,6 +66,7 @@ class ColdStart:
     seconds: float
     measured: bool
     how: str
+    init_seconds: float | None = None  # Lambda: the init phase alone (AWS's RIE, INIT REPORT)
 
 
 @dataclass
