@@ -4,8 +4,9 @@
 - `triton`: `scripts/tools/tritonserver serve REPO`, the real tritonserver 2.51 (the project's
   pinned tool, docs/tools.md) whose ONNX models run as python-backend models with ONNX Runtime on
   CPU, one session per instance, with the session options of the config's `parameters` (the same
-  intra-op threads as `toolkit serve`) and the ONNX Runtime version `toolkit serve` uses
-  (TOOLKIT_TRITON_ORT_VERSION). See docs/tools.md for how to label its numbers.
+  intra-op threads as `toolkit serve`; `ort_threads` where the config sets none: `--ort-threads`)
+  and the ONNX Runtime version `toolkit serve` uses (TOOLKIT_TRITON_ORT_VERSION). See
+  docs/tools.md for how to label its numbers.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ class Server:
             self.process.wait(30)
 
 
-def start(kind: str, repo: Path, *, ort_version: str, logs: Path, timeout: float = 900) -> Server:
+def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 900) -> Server:
     """`timeout` covers the first use of scripts/tools/tritonserver, which installs it."""
     port = free_port()
     if kind == TOOLKIT:
@@ -88,7 +89,7 @@ def start(kind: str, repo: Path, *, ort_version: str, logs: Path, timeout: float
                    "--log-level", "warning"]
     else:
         command = [str(TRITONSERVER), "serve", str(repo), "--http-port", str(port), "--grpc-port", "0",
-                   "--metrics-port", "0"]
+                   "--metrics-port", "0", "--ort-threads", str(ort_threads)]
     env = {**os.environ, "TOOLKIT_TRITON_ORT_VERSION": ort_version}
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{kind}-{repo.name}-{port}.log"

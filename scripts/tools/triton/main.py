@@ -11,10 +11,11 @@
       lacks its backend ("unable to find backend library"), 1 otherwise, 3 when tritonserver died
       before it was up, 4 when it was not up within --timeout.
 
-  serve REPO [--http-port 8000] [--grpc-port 8001] [--metrics-port 8002] [--check]
-             [--ready-timeout S] [-- TRITONSERVER_FLAGS...]
+  serve REPO [--http-port 8000] [--grpc-port 8001] [--metrics-port 8002] [--ort-threads N]
+             [--check] [--ready-timeout S] [-- TRITONSERVER_FLAGS...]
       Serves REPO on 127.0.0.1: ONNX models as python-backend models running ONNX Runtime on CPU
-      (repository.py, onnx_model.py), python models and ensembles as they are. A port of 0 picks a
+      (repository.py, onnx_model.py), python models and ensembles as they are. --ort-threads: the
+      intra-op threads of sessions whose config sets no intra_op_thread_count (default: ORT's). A port of 0 picks a
       free one. Prints "tritonserver ready: {json}" (ports and models) once /v2/health/ready
       answers 200, then runs until SIGTERM/SIGINT. --check: one inference per model, then stop;
       exit 0 when all succeed.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -132,6 +134,8 @@ def serve(args: argparse.Namespace, flags: list[str]) -> int:
         say(f"127.0.0.1:{busy[0]} is already in use")
         return 2
     launcher.stop_on_signals()
+    if args.ort_threads:
+        os.environ["TOOLKIT_TRITON_ORT_THREADS"] = str(args.ort_threads)  # read by onnx_model.py
     server = Tritonserver(ports, flags=flags, log_to_file=args.check)
     try:
         server.repository = server.work / "models"
@@ -189,6 +193,8 @@ def main(argv: list[str]) -> int:
     run.add_argument("--http-port", type=int, default=8000)
     run.add_argument("--grpc-port", type=int, default=8001)
     run.add_argument("--metrics-port", type=int, default=8002)
+    run.add_argument("--ort-threads", type=int, default=0,
+                     help="intra-op threads where a config sets none (default: ONNX Runtime's)")
     run.add_argument("--check", action="store_true", help="one inference per model, then stop")
     run.add_argument("--ready-timeout", type=float, default=300, help="seconds (default 300)")
     flags: list[str] = []

@@ -7,7 +7,8 @@ onnxruntime backend where that matters for a comparison:
 - one InferenceSession per model instance (each python-backend instance is a process of its own);
 - session options from the config's `parameters`: intra_op_thread_count, inter_op_thread_count,
   execution_mode, enable_mem_arena, enable_mem_pattern, and `optimization.graph.level`; what is
-  not set keeps ONNX Runtime's default, as in the onnxruntime backend;
+  not set keeps ONNX Runtime's default, as in the onnxruntime backend, except the intra-op threads
+  when `serve --ort-threads N` gave a default (TOOLKIT_TRITON_ORT_THREADS);
 - when max_batch_size > 0, the requests of one execute() call (the batch Triton's dynamic batcher
   formed) are concatenated along dim 0, run once, and split back; requests whose shapes cannot be
   concatenated, or a batch that fails, run one by one so each request gets its own result or error;
@@ -36,8 +37,9 @@ def _flag(text):
 def _session_options(config):
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    if _parameter(config, "intra_op_thread_count") is not None:
-        options.intra_op_num_threads = int(_parameter(config, "intra_op_thread_count"))
+    intra = _parameter(config, "intra_op_thread_count") or os.environ.get("TOOLKIT_TRITON_ORT_THREADS")
+    if intra is not None:
+        options.intra_op_num_threads = int(intra)
     if _parameter(config, "inter_op_thread_count") is not None:
         options.inter_op_num_threads = int(_parameter(config, "inter_op_thread_count"))
     if _parameter(config, "execution_mode") is not None:
