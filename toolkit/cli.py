@@ -706,8 +706,10 @@ class _RichTuneProgress:
     def __init__(self, percentile: int) -> None:
         self.percentile = percentile
 
+    # Progress lines are log lines: never hard-wrapped at the console's width (which rich fixes
+    # when the process starts with COLUMNS set, e.g. 80 under pytest-xdist), so each stays whole.
     def step(self, message: str) -> None:
-        err_console.print(f"[bold]==>[/bold] {message}", highlight=False)
+        err_console.print(f"[bold]==>[/bold] {message}", highlight=False, soft_wrap=True)
 
     def measured(self, m) -> None:
         level = m.level
@@ -715,6 +717,7 @@ class _RichTuneProgress:
             f"    concurrency {level.concurrency:3d}: {level.throughput:9.1f} infer/s   p50 {level.p50_ms:8.1f} ms   "
             f"p{self.percentile} {level.latency(self.percentile):8.1f} ms   batch {level.batch_size:5.2f}",
             highlight=False,
+            soft_wrap=True,
         )
 
 
