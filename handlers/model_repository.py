@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backends import backend_module
+from .backends.ensemble import EnsembleScheduler
 from .batching import DynamicBatcher
 from .errors import InferenceError, not_found, unavailable
 from .inference import InferRequest, InferResponse
@@ -183,8 +184,6 @@ class ModelRepository:
         return depth
 
     def _load_ensemble(self, model: LoadedModel) -> None:
-        from .backends.ensemble import EnsembleScheduler
-
         scheduler = EnsembleScheduler(model.spec, model.version, self, model.statistics)
         for name, version in scheduler.composing_models():
             by_version = self.models.get(name, {})
