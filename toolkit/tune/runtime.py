@@ -47,14 +47,16 @@ def candidate_repository(model_dir: Path, config: Message, target: Path) -> Path
 class Server:
     """`toolkit serve REPO --device DEVICE` on a free local port."""
 
-    def __init__(self, repo: Path, device: str, log: Path, ready_timeout: float = 300.0) -> None:
+    def __init__(
+        self, repo: Path, device: str, log: Path, ready_timeout: float = 300.0, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.log = log
         command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--host", "127.0.0.1", "--port",
                    str(self.port), "--device", device, "--log-level", "warning"]
         with open(log, "w") as handle:
             self.process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
-                                            start_new_session=True, env=os.environ.copy())
+                                            start_new_session=True, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + ready_timeout
         while not self._ready():
             if self.process.poll() is not None:
