@@ -284,11 +284,15 @@ class BuildahBuilder(PodmanBuilder):
         podman = shutil.which("podman")
         if podman:  # same containers-storage: podman reads layer sizes that buildah does not print
             return PodmanBuilder(podman, self.env).inspect(reference)
-        result = _run([self.executable, "images", "--json", reference], self.env)
+        result = _run([self.executable, "inspect", "--type", "image", reference], self.env)
         if result.returncode != 0:
-            raise BuildError(f"buildah images {reference} failed", detail=result.stderr[-2000:])
-        data = json.loads(result.stdout)[0]
-        return ImageInfo(reference, data.get("id", ""), int(data.get("size") or 0))
+            raise BuildError(f"buildah inspect {reference} failed", detail=result.stderr[-2000:])
+        data = json.loads(result.stdout)
+        # `buildah images --json` prints the size for people ("309 MB"); the image's manifest in
+        # containers-storage has each layer's exact (uncompressed) size.
+        manifest = json.loads(data.get("Manifest") or "{}")
+        size = sum(int(layer.get("size") or 0) for layer in manifest.get("layers", []))
+        return ImageInfo(reference, data.get("FromImageID", ""), size)
 
     def probe(self, image: str, script: str, platform: str) -> str:
         made = _run([self.executable, "from", "--platform", platform, image], self.env, timeout=600)
