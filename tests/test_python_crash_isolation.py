@@ -140,7 +140,7 @@ def test_in_process_the_same_crash_takes_the_server_down(repository: Path, tmp_p
 
 
 @pytest.mark.docker
-def test_cloudrun_image_isolates_and_lambda_image_keeps_in_process(engine: dict[str, str], tmp_path: Path) -> None:
+def test_cloudrun_image_isolates_and_lambda_image_keeps_in_process(engine: dict[str, str], tmp_path: Path) -> None:  # noqa: F811
     env = engine
     repo = write_repository(tmp_path / "models")
 
