@@ -103,6 +103,10 @@ def main() -> None:
                     runs = ", ".join(f"{t:.3f}" for t in runs_s)
                     label = f"{start}, python {python_mode}" if python_mode else start
                     print(f"{repo} [{label}] median {statistics.median(runs_s):.3f} s over {len(runs_s)} runs ({runs})")
+                first, *others = python_modes
+                for other in others:  # run i of each mode ran back to back: their difference is paired
+                    paired = [a - b for a, b in zip(times[first], times[other])]
+                    print(f"{repo} [{start}] {first} - {other}: median of paired differences {statistics.median(paired):+.3f} s")
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
