@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -255,11 +256,15 @@ def serve(
     """Serve a repository locally with the same runtime the images run (v2 protocol over HTTP)."""
     import logging
 
+    from handlers.backends.python import INSTANCE_MODE_ENV, PROCESS
     from handlers.entrypoints.server import serve as run_server
     from handlers.manifest import Manifest
     from handlers.model_repository import ModelRepository
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A local server takes concurrent requests: python models run in model processes, so one that
+    # crashes fails only its own requests (the environment may say otherwise: docs/python-backend.md).
+    os.environ.setdefault(INSTANCE_MODE_ENV, PROCESS)
     result = _compile(repo, model, _resolve_device(device), False)
     for line in result.failure_lines():
         err_console.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)

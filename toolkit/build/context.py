@@ -26,6 +26,8 @@ from typing import Any
 
 import jinja2
 
+from handlers.backends.python import INSTANCE_MODE_ENV
+
 from .. import __version__
 from ..repository.compile import MANIFEST_FILENAME, CompiledModel, CompiledRepository
 from ..repository.discover import is_version_directory_name
@@ -282,6 +284,7 @@ def _env(plan: ImagePlan, wheelhouse: Wheelhouse) -> list[str]:
         ("PYTHONUNBUFFERED", "1"),
         ("HOME", "/tmp"),
         ("TOOLKIT_MANIFEST", plan.layout.manifest),
+        (INSTANCE_MODE_ENV, plan.target.python_instance_mode),
     ]
     if plan.target.server:
         env.append(("PORT", str(CONTAINER_PORT)))

@@ -296,7 +296,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         device=device, context=str(context.directory), context_digest=context.digest,
         repository_digest=context.repository_digest, builder=builder.name if builder else "none", build_command=command,
         models=models, python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
-        warnings=target_warnings(target, compiled, gpu_models),
+        warnings=target_warnings(target, compiled, gpu_models), python_instance_mode=target.python_instance_mode,
     )
     if runtime.cuda is not None:
         report.cuda = {
