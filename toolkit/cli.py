@@ -220,11 +220,24 @@ def _resolve_device(device: str) -> str:
     return "gpu" if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else "cpu"
 
 
+GRPC_EXTRA_HINT = "pip install 'triton-serverless-toolkit[grpc]'"
+
+
+def _grpc_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("grpc", "grpc_health"))
+
+
 @app.command()
 def serve(
     repo: RepoArg,
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on")] = 8000,
+    port: Annotated[int, typer.Option("--http-port", "--port", help="HTTP port (v2 REST); 0 turns it off")] = 8000,
+    grpc_port: Annotated[
+        Optional[int], typer.Option("--grpc-port", help="gRPC port (inference.GRPCInferenceService, grpc.health.v1); 0 turns it off [default: 8001]")
+    ] = None,
+    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Metrics port (GET /metrics); 0 turns it off. /metrics is also on the HTTP port")] = 8002,
     model: ModelOpt = None,
     device: Annotated[str, typer.Option("--device", help="auto (GPU when onnxruntime has CUDA), cpu, gpu or gpu:N")] = "auto",
     exit_on_error: Annotated[
@@ -233,13 +246,28 @@ def serve(
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
-    """Serve a repository locally with the same runtime the images run (v2 protocol over HTTP)."""
+    """Serve a repository locally with the same runtime the images run: v2 REST on 8000, gRPC on 8001
+    and metrics on 8002, like tritonserver."""
     import logging
 
     from handlers.entrypoints.server import serve as run_server
     from handlers.manifest import Manifest
     from handlers.model_repository import ModelRepository
 
+    for option, value in (("--http-port", port), ("--grpc-port", grpc_port), ("--metrics-port", metrics_port)):
+        if value is not None and not 0 <= value <= 65535:
+            raise typer.BadParameter(f"expected a port from 0 to 65535 (0 turns it off), got {value}", param_hint=option)
+    if grpc_port is None:
+        grpc_port = 8001
+        if not _grpc_available():
+            err_console.print(f"[yellow]warning:[/yellow] gRPC is off: grpcio is not installed ({GRPC_EXTRA_HINT})", highlight=False)
+            grpc_port = 0
+    elif grpc_port and not _grpc_available():
+        err_console.print(f"[red]error:[/red] --grpc-port needs grpcio and grpcio-health-checking: {GRPC_EXTRA_HINT}", highlight=False)
+        raise typer.Exit(2)
+    if not (port or grpc_port):
+        err_console.print("[red]error:[/red] --http-port and --grpc-port are both 0: nothing would serve inference", highlight=False)
+        raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     result = _compile(repo, model, _resolve_device(device), False)
     for line in result.failure_lines():
@@ -251,8 +279,15 @@ def serve(
             err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
     repository = ModelRepository(manifest)
-    err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)
-    raise typer.Exit(run_server(repository, host, port, exit_on_error=exit_on_error, log_level=log_level))
+
+    def listening(listeners) -> None:
+        where = ", ".join(str(listener) for listener in listeners)
+        err_console.print(f"serving {len(manifest.models)} model(s) from {result.root}: {where}", highlight=False, soft_wrap=True)
+
+    raise typer.Exit(run_server(
+        repository, host, port, grpc_port=grpc_port, metrics_port=metrics_port, exit_on_error=exit_on_error,
+        log_level=log_level, on_listening=listening,
+    ))
 
 
 class _RichBuildUI:
