@@ -332,6 +332,9 @@ def build(
     ] = False,
     strict: StrictOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream pip and engine output")] = False,
+    protocol: Annotated[
+        str, typer.Option("--protocol", help="cloudrun/knative: http (v2 REST) or grpc (inference.GRPCInferenceService, h2c) on the service's port")
+    ] = "http",
 ) -> None:
     """Build a container image of a repository for AWS Lambda, Cloud Run or Knative."""
     from .build import BuildError, BuildOptions, run_build
@@ -341,6 +344,7 @@ def build(
         repository=repo, target=target, models=model, name=name, tag=tag, output=output, builder=builder,
         base_image=base_image, platform=platform, push=push, device=device, cuda=cuda, python_version=python_version,
         measure_cold_start=measure_cold_start, refresh_wheels=refresh_wheels, auto_complete=not strict,
+        protocol=protocol,
     )
     ui = _RichBuildUI(quiet)
     try:
@@ -446,6 +450,9 @@ def deploy(
     namespace: Annotated[Optional[str], typer.Option(help="knative: Kubernetes namespace")] = None,
     context: Annotated[Optional[str], typer.Option(help="knative: kube context")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream the engine's push output")] = False,
+    protocol: Annotated[
+        Optional[str], typer.Option("--protocol", help="cloudrun/knative: http (default) or grpc: the image's protocol (port h2c, gRPC health probes)")
+    ] = None,
 ) -> None:
     """Deploy a repository (or an image of it) to AWS Lambda, Cloud Run or Knative."""
     from .deploy.command import DeployRequest, run_deploy
@@ -459,7 +466,7 @@ def deploy(
         max_instances=max_instances, startup_budget=startup_budget, cpu_throttling=cpu_throttling,
         startup_cpu_boost=startup_cpu_boost, gpu_zonal_redundancy=gpu_zonal_redundancy, service_account=service_account,
         project=project, ar_repository=ar_repository, api_endpoint=api_endpoint, allow_unauthenticated=allow_unauthenticated,
-        namespace=namespace, context=context,
+        namespace=namespace, context=context, protocol=protocol,
     )
     try:
         outcome = run_deploy(request, _RichDeployUI(quiet))
