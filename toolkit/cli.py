@@ -557,7 +557,13 @@ def invoke(
 @app.command()
 def proxy(
     url: Annotated[str, typer.Argument(help="Base URL of the private deployment")],
-    port: Annotated[int, typer.Option(help="Local port")] = 8000,
+    port: Annotated[int, typer.Option(help="Local HTTP port (0: no HTTP listener)")] = 8000,
+    grpc_port: Annotated[
+        Optional[int], typer.Option("--grpc-port", help="Also accept gRPC (tritonclient.grpc, perf_analyzer -i grpc) on this local port")
+    ] = None,
+    upstream: Annotated[
+        str, typer.Option(help="What the deployment speaks: http (Lambda, --protocol http services: gRPC calls become signed REST calls) or grpc (--protocol grpc services: relayed with an ID token)")
+    ] = "http",
     host: Annotated[str, typer.Option(help="Local address (keep 127.0.0.1: the proxy signs with your credentials)")] = "127.0.0.1",
     auth: Annotated[str, typer.Option(help="auto (from the URL), iam (SigV4), google (ID token) or none")] = "auto",
     region: Annotated[Optional[str], typer.Option(help="SigV4 region when the URL does not tell")] = None,
@@ -565,43 +571,77 @@ def proxy(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the upstream's answer")] = 300.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request")] = False,
 ) -> None:
-    """Serve a local plain-HTTP endpoint that signs and forwards to a private deployment, so unmodified
-    tritonclient scripts and perf_analyzer can drive it."""
+    """Serve local endpoints that sign and forward to a private deployment, so unmodified
+    tritonclient scripts and perf_analyzer (-i http or -i grpc) can drive it."""
     import signal
+    import threading
 
     from .deploy.errors import DeployError, DeployOptionError
     from .deploy.proxy import SigningProxy
     from .deploy.signing import signer_for
 
+    if upstream not in ("http", "grpc"):
+        err_console.print("[red]error:[/red] --upstream: choose http or grpc", highlight=False)
+        raise typer.Exit(2)
+    if not port and not grpc_port:
+        err_console.print("[red]error:[/red] --port 0 and no --grpc-port: nothing to listen on", highlight=False)
+        raise typer.Exit(2)
+    if upstream == "grpc" and port:
+        err_console.print(
+            "[yellow]note:[/yellow] --upstream grpc: the HTTP listener is off (a gRPC service answers no REST); "
+            "use --grpc-port", highlight=False,
+        )
+        port = 0
+    log = (lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None
+    server = grpc_server = None
     try:
         signer = signer_for(url, auth, region=region, audience=audience)
-        server = SigningProxy(url, signer, host, port, timeout, log=(lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None)
+        if port:
+            server = SigningProxy(url, signer, host, port, timeout, log=log)
+        if grpc_port is not None:
+            from .deploy.grpc_proxy import GrpcProxy
+
+            grpc_server = GrpcProxy(url, signer, host, grpc_port, upstream_protocol=upstream, timeout_s=timeout, log=log)
     except DeployOptionError as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except DeployError as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if server is not None:
+            server.close()
         raise typer.Exit(1) from None
     if host not in ("127.0.0.1", "localhost", "::1"):
         err_console.print(
             f"[yellow]warning:[/yellow] listening on {host}: anyone who reaches this port calls {url} with your credentials",
             highlight=False,
         )
+    stop = threading.Event()
 
     def _stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
-    err_console.print(
-        f"proxying {server.url} -> {server.upstream} ({signer.description}); Ctrl-C stops", highlight=False, soft_wrap=True
-    )
+    signal.signal(signal.SIGINT, _stop)
+    if server is not None:
+        err_console.print(
+            f"proxying {server.url} -> {server.upstream} ({signer.description}); Ctrl-C stops", highlight=False, soft_wrap=True
+        )
+        server.start()
+    if grpc_server is not None:
+        how = "each RPC as signed v2 REST" if upstream == "http" else "gRPC with the token in its metadata"
+        err_console.print(
+            f"proxying gRPC {grpc_server.address} -> {grpc_server.upstream} ({how}; {signer.description}); Ctrl-C stops",
+            highlight=False, soft_wrap=True,
+        )
+        grpc_server.start()
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        while not stop.wait(0.5):
+            pass
     finally:
-        server.close()
-
+        if grpc_server is not None:
+            grpc_server.stop()
+        if server is not None:
+            server.shutdown()
 
 
 def _int_list(text: str | None, option: str) -> list[int] | None:

@@ -43,6 +43,7 @@ from ..codec import (
 __all__ = [
     "EMPTY_FINAL_RESPONSE",
     "FINAL_RESPONSE",
+    "contents_array",
     "decode_infer_request",
     "encode_infer_response",
     "parameter_value",
@@ -219,6 +220,15 @@ def _from_contents(
     return array.reshape(shape)
 
 
+def contents_array(tensor: Any, datatype: str, shape: list[int], where: BytesContext) -> np.ndarray:
+    """An input's typed `contents` as a tensor of `shape` (Triton's checks: one typed field, the
+    one that carries `datatype`, with the right element count)."""
+    typed = _typed_contents(tensor, datatype, where.model_name)
+    if typed is None:  # an empty `contents`: no data at all
+        return _from_raw(b"", datatype, shape, where)
+    return _from_contents(typed[0], typed[1], datatype, shape, where)
+
+
 def _from_raw(raw: bytes, datatype: str, shape: list[int], where: BytesContext) -> np.ndarray:
     count = int(np.prod(shape, dtype=object))
     if datatype == "BYTES":
@@ -271,11 +281,7 @@ def decode_infer_request(
                     f"contents field must not be specified when using raw_input_contents for '{name}' for model "
                     f"'{model_name}'"
                 )
-            typed = _typed_contents(tensor, datatype, model_name)
-            if typed is None:  # an empty `contents`: no data at all
-                array = _from_raw(b"", datatype, shape, where)
-            else:
-                array = _from_contents(typed[0], typed[1], datatype, shape, where)
+            array = contents_array(tensor, datatype, shape, where)
         elif raw_index < len(raw_contents):
             array = _from_raw(raw_contents[raw_index], datatype, shape, where)
             raw_index += 1
