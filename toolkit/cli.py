@@ -516,6 +516,7 @@ def invoke(
     region: Annotated[Optional[str], typer.Option(help="SigV4 region when the URL does not tell")] = None,
     audience: Annotated[Optional[str], typer.Option(help="ID token audience (default: the URL's origin)")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer")] = 300.0,
+    protocol: Annotated[str, typer.Option("--protocol", help="http (v2 REST) or grpc (a --protocol grpc service; the ID token goes in the metadata)")] = "http",
 ) -> None:
     """Run one v2 inference against a deployment, signing the request for private endpoints."""
     from .deploy.client_codec import response_json, save_npy
@@ -529,12 +530,23 @@ def invoke(
     if output_format == "npy" and output_dir is None:
         err_console.print("[red]error:[/red] --output npy needs --output-dir DIR", highlight=False)
         raise typer.Exit(2)
+    if protocol not in ("http", "grpc"):
+        err_console.print("[red]error:[/red] --protocol: choose http or grpc", highlight=False)
+        raise typer.Exit(2)
     try:
-        endpoint = Endpoint(url, signer_for(url, auth, region=region, audience=audience), timeout)
-        result = run_invoke(
-            endpoint, model_name, parse_input_specs(inputs or []), version=model_version, outputs=requested,
-            binary=binary, request_id=request_id,
-        )
+        if protocol == "grpc":
+            from .deploy.invoke import invoke_grpc
+
+            result = invoke_grpc(
+                url, signer_for(url, auth, region=region, audience=audience), model_name, parse_input_specs(inputs or []),
+                version=model_version, outputs=requested, request_id=request_id, timeout_s=timeout,
+            )
+        else:
+            endpoint = Endpoint(url, signer_for(url, auth, region=region, audience=audience), timeout)
+            result = run_invoke(
+                endpoint, model_name, parse_input_specs(inputs or []), version=model_version, outputs=requested,
+                binary=binary, request_id=request_id,
+            )
     except DeployOptionError as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
