@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from perf_analyzer import ANCHORS, ROOT
+from perf_analyzer import ROOT
+
+# The real tritonserver, started as `TRITON_ANCHOR REPO --http-port P --grpc-port P --metrics-port P`
+# (an ONNX repository served by tritonserver 2.51). TOOLKIT_TRITON_ANCHOR names the command; the
+# project's own pinned one lives under scripts/tools/.
+TRITON_ANCHOR = Path(os.environ.get("TOOLKIT_TRITON_ANCHOR", ROOT / "scripts" / "tools" / "triton-anchor"))
 
 TOOLKIT = "toolkit"
 TRITON = "triton"
@@ -51,10 +56,15 @@ class Server:
     process: subprocess.Popen
     port: int
     log: Path
+    grpc_port: int = 0
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, protocol: str = "http") -> str:
+        """What perf_analyzer's -u takes for `protocol` (http: the HTTP port, grpc: the gRPC port)."""
+        return f"127.0.0.1:{self.grpc_port}" if protocol == "grpc" else self.url
 
     @property
     def label(self) -> str:
@@ -77,20 +87,20 @@ class Server:
 
 
 def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 300) -> Server:
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     if kind == TOOLKIT:
-        command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-                   "--log-level", "warning"]
+        command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--grpc-port",
+                   str(grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level", "warning"]
     else:
-        command = [str(ANCHORS / "triton-anchor"), str(repo), "--http-port", str(port), "--grpc-port",
-                   str(free_port()), "--metrics-port", str(free_port())]
+        command = [str(TRITON_ANCHOR), str(repo), "--http-port", str(port), "--grpc-port",
+                   str(grpc_port), "--metrics-port", str(free_port())]
     env = {**os.environ, "ANCHOR_ORT_THREADS": str(ort_threads), "ANCHOR_ORT_VERSION": ort_version}
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{kind}-{repo.name}-{port}.log"
     with open(log, "w") as handle:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    server = Server(kind, process, port, log)
+    server = Server(kind, process, port, log, grpc_port)
     deadline = time.monotonic() + timeout
     while not _ready(port):
         if process.poll() is not None:

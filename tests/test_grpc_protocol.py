@@ -485,3 +485,38 @@ def test_rest_and_grpc_share_statistics(server, client):
     urllib.request.urlopen(urllib.request.Request(f"{server.http}/v2/models/halves/infer", data=body)).read()
     assert count() - before == 2
     assert client.get_inference_statistics("halves").model_stats[0].inference_stats.success.count == count()
+
+
+def test_ports_like_tritonserver(repository):
+    """HTTP, gRPC and metrics ports as tritonserver's (each optional; a busy port fails start-up
+    with a clear message); the metrics port serves GET /metrics only."""
+    import socket
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+
+    from serving import ROOT, free_port
+
+    metrics_port = free_port()
+    with serve(repository, "--device", "cpu", "--model", "halves", "--metrics-port", str(metrics_port)) as s:
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
+            assert b"nv_inference_request_success" in r.read()
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/v2/health/ready", timeout=10)
+        assert info.value.code == 404
+        with urllib.request.urlopen(f"{s.http}/metrics", timeout=10) as r:  # also on the HTTP port
+            assert r.status == 200
+        assert "gRPC 127.0.0.1:" in s.output() and f"metrics http://127.0.0.1:{metrics_port}/metrics" in s.output()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = subprocess.run(
+            [sys.executable, "-m", "toolkit.cli", "serve", str(repository), "--model", "halves", "--device", "cpu",
+             "--http-port", str(free_port()), "--grpc-port", str(port), "--metrics-port", "0"],
+            capture_output=True, text=True, cwd=ROOT, timeout=120,
+        )
+    assert out.returncode == 1 and f"cannot listen for gRPC on 127.0.0.1:{port}" in out.stderr, out.stderr
+    with serve(repository, "--device", "cpu", "--model", "halves", "--grpc-port", "0") as s:
+        assert s.grpc_port == 0 and "gRPC" not in s.output()
