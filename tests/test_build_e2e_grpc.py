@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import queue
+import re
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from serving import free_port
 from test_build_e2e import docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
+from tools import perf_analyzer
 
 from toolkit.build.pipeline import wait_grpc_serving
 
@@ -72,3 +77,85 @@ def test_grpc_image_serves_tritonclient_grpc_and_drains(engine: dict[str, str], 
         assert state["ExitCode"] == 0, docker(engine, "logs", container).stderr
     finally:
         docker(engine, "rm", "-f", container, check=False)
+
+
+def _banner(process) -> str:
+    """The start-up message (Rich may wrap it over several lines), read up to `Ctrl-C stops`."""
+    lines = []
+    while not lines or "Ctrl-C" not in lines[-1]:
+        line = process.stderr.readline()
+        if not line:
+            break
+        lines.append(line.strip())
+    text = " ".join(lines)
+    assert "serving" in text or "proxying" in text, text + process.stderr.read()
+    return text
+
+
+def test_toolkit_run_serves_the_grpc_image(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "run", grpc_image["image"], "--port", str(port), "--builder", "docker"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine,
+    )
+    try:
+        assert f"on gRPC 127.0.0.1:{port}" in _banner(process)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_ready()
+        client.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+
+
+def test_grpc_clients_drive_a_lambda_image_through_the_proxy(engine: dict[str, str], tmp_path) -> None:  # noqa: F811
+    """A Lambda image under AWS's Runtime Interface Emulator (`toolkit run`), reached by
+    tritonclient.grpc and perf_analyzer -i grpc through `toolkit proxy --grpc-port`: each unary
+    RPC becomes a REST call to the function; streams are refused with the reason."""
+    report = toolkit_build(engine, tmp_path / "ctx", "--target", "lambda")
+    port, grpc_port = free_port(), free_port()
+    function = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "run", report["image"], "--port", str(port), "--builder", "docker"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine,
+    )
+    proxy = None
+    try:
+        _banner(function)
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "toolkit.cli", "proxy", f"http://127.0.0.1:{port}", "--port", "0", "--grpc-port",
+             str(grpc_port), "--auth", "none"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine,
+        )
+        assert "proxying gRPC" in _banner(proxy)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        assert client.is_server_ready() and client.is_model_ready("add_sub")
+        assert client.get_model_config("add_sub").config.max_batch_size == 8
+        a = np.random.default_rng(0).random((2, 16), dtype=np.float32)
+        inputs = [grpcclient.InferInput(f"INPUT{i}", [2, 16], "FP32") for i in (0, 1)]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        result = client.infer("add_sub", inputs, request_id="lambda")
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + a, rtol=1e-6)
+        assert result.get_response().id == "lambda"
+        errors: queue.Queue = queue.Queue()
+        client.start_stream(lambda result, error: errors.put(error))
+        try:
+            client.async_stream_infer("add_sub", inputs)
+        except grpcclient.InferenceServerException:
+            pass  # the refusal may already have closed the stream
+        assert "AWS Lambda has no gRPC" in str(errors.get(timeout=30))
+        client.stop_stream()
+        client.close()
+        out = subprocess.run(
+            [perf_analyzer(), "-i", "grpc", "-u", f"127.0.0.1:{grpc_port}", "-m", "add_sub", "--shape", "INPUT0:16",
+             "--shape", "INPUT1:16", "--concurrency-range", "1", "--request-count", "20"],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert out.returncode == 0 and re.findall(r"Request count: (\d+)", out.stdout) == ["20"], out.stdout + out.stderr
+    finally:
+        for process in (proxy, function):
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=60)
+    assert function.returncode == 0

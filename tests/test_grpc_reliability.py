@@ -338,3 +338,61 @@ def test_sigterm_drains_streams_in_flight(repository):
         assert np.frombuffer(by_id[f"d{n}"].infer_response.raw_output_contents[0], np.float32).tolist() == [0.6000000238418579]
     assert "Server is stopping" in by_id["late"].error_message
     assert call.code() == grpc.StatusCode.OK
+
+
+def test_stream_writes_a_decoupled_models_responses_as_they_come(tmp_path):
+    """The plug-in point for decoupled models (issue 14 item 5): requests to a model whose config
+    says `decoupled: true` skip the request-order queue, their responses go out as produced. The
+    compiler does not accept decoupled models yet, so the manifest is edited here."""
+    import asyncio
+    import json
+
+    from handlers.manifest import Manifest
+    from handlers.model_repository import ModelRepository
+    from handlers.protocol.grpc.server import GrpcServer
+    from test_reliability_harness import compile_manifest
+
+    repo = tmp_path / "models"
+    mb.add_sub(repo / "add_sub" / "1" / "model.onnx")
+    write_config(repo, "add_sub", """
+        backend: "onnxruntime"
+        max_batch_size: 8
+        input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    """)
+    manifest_path = compile_manifest(repo)
+    document = json.loads(manifest_path.read_text())
+    twin = json.loads(json.dumps(document["models"][0]))
+    twin["name"] = "add_sub_decoupled"
+    twin["config"]["name"] = "add_sub_decoupled"
+    twin["config"]["model_transaction_policy"] = {"decoupled": True}
+    document["models"].append(twin)
+    manifest_path.write_text(json.dumps(document))
+    repository = ModelRepository(Manifest.load(manifest_path))
+    repository.load()
+
+    async def run() -> list:
+        server = GrpcServer(repository, "127.0.0.1", 0)
+        port = await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                stub = pbg.GRPCInferenceServiceStub(channel)
+
+                async def requests():
+                    for n in range(4):
+                        request = _add_sub(rid=f"r{n}")
+                        request.model_name = "add_sub_decoupled" if n % 2 else "add_sub"
+                        yield request
+
+                return [r async for r in stub.ModelStreamInfer(requests(), timeout=30)]
+        finally:
+            await server.stop(5)
+
+    try:
+        answers = asyncio.run(run())
+    finally:
+        repository.stop()
+    assert sorted(a.infer_response.id for a in answers) == ["r0", "r1", "r2", "r3"]
+    assert all(a.error_message == "" and a.infer_response.parameters["triton_final_response"].bool_param for a in answers)
+    ordered = [a.infer_response.id for a in answers if a.infer_response.model_name == "add_sub"]
+    assert ordered == ["r0", "r2"]

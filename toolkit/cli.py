@@ -746,9 +746,17 @@ def run(
                 server.close()
         else:
             container = run_service(engine, image, port, host, environment)
-            if wait_ready(f"http://{host}:{port}/v2/health/ready", 300.0, lambda: engine.running(container)) is None:
+            grpc = info.labels.get("io.triton-serverless-toolkit.protocol") == "grpc"
+            if grpc:
+                from .build.pipeline import wait_grpc_serving
+
+                ready = wait_grpc_serving(f"{host}:{port}", 300.0, lambda: engine.running(container))
+            else:
+                ready = wait_ready(f"http://{host}:{port}/v2/health/ready", 300.0, lambda: engine.running(container))
+            if ready is None:
                 raise BuildError(f"{image} did not become ready", detail=engine.logs(container)[-3000:])
-            err_console.print(f"serving {image} ({kind}, container {container}) on http://{host}:{port}; Ctrl-C stops", highlight=False)
+            where = f"gRPC {host}:{port}" if grpc else f"http://{host}:{port}"
+            err_console.print(f"serving {image} ({kind}, container {container}) on {where}; Ctrl-C stops", highlight=False)
             while engine.running(container):
                 time.sleep(1.0)  # the container runs on its own: wait for it to exit or for Ctrl-C
             err_console.print(f"[red]error:[/red] {image} exited", highlight=False)

@@ -10,8 +10,9 @@ Inference feeds the same runtime as REST: `validate_request`, the request limits
 (handlers/limits.py), the model's scheduler (batcher, statistics, metrics).
 
 `ModelStreamInfer` reads requests while earlier ones run: each request is inferred concurrently,
-responses of non-decoupled models are written in request order (as Triton does), and a request
-may produce any number of responses (`_responses` yields them; decoupled models plug in there).
+responses of non-decoupled models are written in request order (as Triton does), those of
+decoupled models as they come; a request may produce any number of responses (`_responses`
+yields them: decoupled models plug in there).
 A client that cancels the stream cancels its requests: queued ones leave the batcher's queue.
 While the server drains (SIGTERM), requests already received are answered, new ones get an
 UNAVAILABLE error response, and the stream ends once nothing is left in flight.
@@ -294,12 +295,12 @@ class InferenceService:
         reply, _ = await self._infer(request)
         return reply
 
-    async def _responses(self, data: bytes) -> AsyncIterator[Any]:
-        """The stream responses of one request: every response the model gives (one for a
-        non-decoupled model, each marked final), or one error response."""
-        message = None
+    async def _responses(self, message: Any) -> AsyncIterator[Any]:
+        """The stream responses of one request: every response the model gives, the last one
+        marked final (`triton_final_response`), or one error response. A non-decoupled model gives
+        exactly one; a decoupled model's responses (zero or more, then the final flag, issue 14
+        item 5) are yielded from here as they come, and `_read` writes them out at once."""
         try:
-            message = _parse(self.pb.ModelInferRequest, data)
             reply, _ = await self._infer(message)
         except InferenceError as error:
             if error.http_status >= 500 and error.code is not ErrorCode.UNAVAILABLE:
@@ -315,14 +316,37 @@ class InferenceService:
             response.infer_response.id = message.id
         return response
 
-    async def _collect(self, data: bytes) -> list[Any]:
+    def _decoupled(self, message: Any) -> bool:
+        """Whether the request's model is decoupled (its responses are not kept in request order)."""
         try:
-            return [response async for response in self._responses(data)]
+            model = self.repository.get(message.model_name, parse_version(message.model_version))
+        except InferenceError:
+            return False  # the ordered path answers the error
+        policy = model.spec.config.get("model_transaction_policy") or {}
+        return bool(policy.get("decoupled", False))
+
+    async def _collect(self, message: Any, error: str | None) -> list[Any]:
+        """Every response of a request kept in request order (a parse error: its error response)."""
+        if message is None:
+            return [self._stream_error(None, error or "")]
+        try:
+            return [response async for response in self._responses(message)]
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # our own fault: logged, answered, the stream goes on
             log.exception("internal error serving a ModelStreamInfer request")
-            return [self._stream_error(None, f"internal error: {type(exc).__name__}")]
+            return [self._stream_error(message, f"internal error: {type(exc).__name__}")]
+
+    async def _deliver(self, stream: _Stream, message: Any) -> None:
+        """A decoupled request's responses, written out as they come."""
+        try:
+            async for response in self._responses(message):
+                stream.out.put_nowait(response)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("internal error serving a ModelStreamInfer request")
+            stream.out.put_nowait(self._stream_error(message, f"internal error: {type(exc).__name__}"))
 
     def _stream_behavior(self, request_class: Any) -> Callable[..., Any]:
         async def ModelStreamInfer(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext):  # noqa: N802
@@ -348,15 +372,20 @@ class InferenceService:
     async def _read(self, stream: _Stream, requests: AsyncIterator[bytes]) -> None:
         try:
             async for data in requests:
+                try:
+                    message, error = _parse(self.pb.ModelInferRequest, data), None
+                except InferenceError as exc:
+                    message, error = None, exc.message
                 if stream.draining:
-                    error = unavailable("Server is stopping: the stream accepts no new inference requests")
-                    try:
-                        message = _parse(self.pb.ModelInferRequest, data)
-                    except InferenceError:
-                        message = None
-                    stream.out.put_nowait(self._stream_error(message, error.message))
+                    refused = unavailable("Server is stopping: the stream accepts no new inference requests")
+                    stream.out.put_nowait(self._stream_error(message, refused.message))
                     continue
-                future: asyncio.Future[list[Any]] = asyncio.ensure_future(self._collect(data))
+                if message is not None and self._decoupled(message):
+                    task = asyncio.ensure_future(self._deliver(stream, message))
+                    stream.tasks.add(task)  # type: ignore[arg-type]
+                    task.add_done_callback(lambda t: (stream.tasks.discard(t), stream.out.put_nowait(None)))
+                    continue
+                future: asyncio.Future[list[Any]] = asyncio.ensure_future(self._collect(message, error))
                 stream.ordered.append(future)
                 stream.tasks.add(future)  # type: ignore[arg-type]
                 future.add_done_callback(lambda f: (stream.tasks.discard(f), stream.flush()))
