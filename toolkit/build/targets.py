@@ -5,8 +5,9 @@
   interface client, any other base image gets `awslambdaric` as entrypoint. CPU only (Lambda has
   no GPU), x86_64 or arm64, at most 10 GB uncompressed. Lambda runs the image as an arbitrary
   non-root user on a read-only file system where only /tmp is writable.
-- cloudrun: Google Cloud Run service. uvicorn on $PORT (`python -m handlers.entrypoints.container`);
-  linux/amd64 only; GPU services run on NVIDIA L4 (driver 535, CUDA 12).
+- cloudrun: Google Cloud Run service. uvicorn on $PORT (`python -m handlers.entrypoints.container`),
+  or with `--protocol grpc` the gRPC service on $PORT (h2c); linux/amd64 only; GPU services run on
+  NVIDIA L4 (driver 535, CUDA 12).
 - knative: any Knative Serving cluster; same image as cloudrun, amd64 or arm64.
 
 Where python models' instances run (`TOOLKIT_PYTHON_INSTANCE_MODE`, baked into the image): Cloud
