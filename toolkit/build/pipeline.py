@@ -35,7 +35,7 @@ from .builders import Builder, check_platform_buildable, detect_builder, printab
 from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
 from .errors import BuildError, BuildOptionError
 from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
-from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_requirements
+from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_backends, runtime_requirements
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
 from .wheelhouse import ModelRequirements, build_wheelhouse
 
@@ -266,12 +266,16 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     compiled, device, gpu_models = _compile(options, target, ui)
     base = _describe_base(options, target, builder, ui)
     gpu = device == "gpu"
+    try:
+        backends = runtime_backends((model.config for model in compiled.models.values()), gpu=gpu)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
     runtime = runtime_requirements(
         server=target.server,
         aws_lambda=target.name == "lambda",
         runtime_client=not base.lambda_base,
         gpu_cuda=options.cuda if gpu else None,
-        backends={model.backend for model in compiled.models.values()},
+        backends=backends,
     )
     layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT
     name = options.name or default_image_name(compiled.root)
