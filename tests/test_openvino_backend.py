@@ -483,3 +483,30 @@ def test_perf_analyzer_drives_the_openvino_model(served):
     assert measured and served_count >= sum(measured) > 0
     assert after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"]
     assert after["execution_count"] - before["execution_count"] <= served_count
+
+
+def test_dockerfile_leaves_the_pruned_files_out_and_passes_hadolint(tmp_path):
+    from test_build_context import HADOLINT
+
+    from toolkit.build.base_image import known_base_image
+    from toolkit.build.context import ImagePlan, render_dockerfile
+    from toolkit.build.targets import OPT_LAYOUT, TARGETS
+    from toolkit.build.wheelhouse import Wheel, Wheelhouse
+
+    keys = runtime_backends([{"name": "m", "backend": "openvino"}, {"name": "a", "backend": "onnxruntime", "optimization": {
+        "execution_accelerators": {"cpu_execution_accelerator": [{"name": "openvino"}]}}}])
+    runtime = runtime_requirements(server=True, aws_lambda=False, runtime_client=False, gpu_cuda=None, backends=keys)
+    base = known_base_image("python:3.12-slim-bookworm", "x86_64")
+    plan = ImagePlan(TARGETS["cloudrun"], base, "cpu", OPT_LAYOUT, runtime, "m")
+    pip = Wheel("pip-25.0-py3-none-any.whl", "pip", "25.0", "0" * 64, 1)
+    dockerfile = render_dockerfile(plan, Wheelhouse(tmp_path, [], pip, "key"), {"a": "b"}, None)
+    line = next(line for line in dockerfile.splitlines() if "rm -rf" in line)
+    assert line.strip().startswith(f"rm -rf {OPT_LAYOUT.deps_dir}/")
+    deps = OPT_LAYOUT.deps_dir
+    assert f"{deps}/openvino/libs/libopenvino_intel_gpu_plugin.so" in line
+    assert f"{deps}/onnxruntime/capi/libopenvino.so.2025.4.1" in line
+    assert "libopenvino.so.2641" not in line and "libopenvino_intel_cpu_plugin.so" not in line
+    path = tmp_path / "Dockerfile"
+    path.write_text(dockerfile)
+    result = subprocess.run([HADOLINT, "--no-color", str(path)], check=False, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr + dockerfile
