@@ -528,6 +528,8 @@ class OpenVINOInstance:
         self._output_names = [io["name"] for io in config.get("output", [])]
         self._output_reshape = {n: tuple(io["dims"]) for n, io in self._outputs.items() if "reshape" in io}
         self._ports = tensor_names(self.compiled.outputs)
+        # per input, (min, max) of each dimension after the batch one (max -1: unbounded); None: any rank
+        self._bounds = {name: _dimension_bounds(shape, self.batching) for name, shape in self._input_shapes.items()}
 
     def close(self) -> None:
         if not self._closed:
@@ -554,16 +556,12 @@ class OpenVINOInstance:
 
     def _incompatible(self, request: InferRequest) -> InferenceError | None:
         for name, array in request.inputs.items():
-            shape = self._input_shapes.get(name)
-            if shape is None or shape.rank.is_dynamic:
-                continue
-            dims = array.shape
-            if self.batching:  # the batch dimension is checked by the batcher (max_batch_size)
-                dims = dims[1:]
-                expected = list(shape)[1:]
-            else:
-                expected = list(shape)
-            if len(dims) != len(expected) or not all(_matches(d, n) for d, n in zip(expected, dims)):
+            bounds = self._bounds.get(name)
+            if bounds is None:
+                continue  # any rank
+            dims = array.shape[1:] if self.batching else array.shape  # the batcher checks the batch size
+            if len(dims) != len(bounds) or not all(low <= d and (high < 0 or d <= high) for d, (low, high) in zip(dims, bounds)):
+                shape = self._input_shapes[name]
                 shown = _shape_text(signed_shape(shape)[1:] if self.batching else signed_shape(shape))
                 return invalid_argument(
                     f"input '{name}' of model '{self.spec.name}' has shape {_shape_text(array.shape)}, which the "
@@ -626,3 +624,9 @@ def _pad(array: np.ndarray, size: int) -> np.ndarray:
     padded[: array.shape[0]] = array
     return padded
 
+
+def _dimension_bounds(shape, batching: bool) -> tuple[tuple[int, int], ...] | None:
+    if shape.rank.is_dynamic:
+        return None
+    dims = list(shape)[1:] if batching else list(shape)
+    return tuple((d.get_length(), d.get_length()) if d.is_static else (d.get_min_length(), d.get_max_length()) for d in dims)
