@@ -15,6 +15,11 @@ requests run in parallel streams.
 Served: perf_analyzer 2.51 `-b 2 --shape input.1:1,32,100 --concurrency-range 16` against
 `toolkit serve`; the server's statistics give the average batch size it executed.
 
+Control (`--no-control` skips it): the same model as ONNX under the onnxruntime backend (2
+instances, 1 intra-op thread each, as bench/serve_vs_triton.py's configuration (3)) against ONNX
+Runtime in-process (bench/ort_ceiling.py), measured the same way in the same repeats: on a
+shared machine its ratio tells how much of a low ratio is the machine.
+
 Ceiling: the same compiled model (handlers.backends.openvino.compile_model, so the same
 parameters), `instances` threads each with its own infer request running batches back to back,
 at batch sizes 1, 2, 4 and 8; the ceiling at the served run's average batch size is interpolated
@@ -61,6 +66,35 @@ instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
 parameters {{ key: "NUM_STREAMS" value: {{ string_value: "{instances}" }} }}
 parameters {{ key: "INFERENCE_NUM_THREADS" value: {{ string_value: "{threads}" }} }}
 """
+
+
+ORT_MODEL = "text_recognition_ort"
+ORT_CONFIG = """name: "{name}"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ {{ name: "input.1" data_type: TYPE_FP32 dims: [ 1, 32, 100 ] }} ]
+output [ {{ name: "308" data_type: TYPE_FP32 dims: [ 26, 37 ] }} ]
+dynamic_batching {{ }}
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+parameters {{ key: "intra_op_thread_count" value: {{ string_value: "1" }} }}
+parameters {{ key: "inter_op_thread_count" value: {{ string_value: "1" }} }}
+"""
+
+
+def write_control(directory: Path, instances: int) -> Path:
+    """The control: the same model as ONNX under the onnxruntime backend."""
+    repo = Path(directory)
+    perf_models.text_recognition(repo / ORT_MODEL / "1" / "model.onnx")
+    (repo / ORT_MODEL / "config.pbtxt").write_text(ORT_CONFIG.format(name=ORT_MODEL, instances=instances))
+    return repo
+
+
+def ort_ceiling_at(repo: Path, batch: int, instances: int, seconds: float) -> float:
+    from toolkit.repository.compile import compile_repository
+
+    config = compile_repository(repo).models[ORT_MODEL].config
+    x = np.random.default_rng(0).standard_normal((batch, *SHAPE)).astype(np.float32)
+    return ort_ceiling.throughput(repo / ORT_MODEL / "1" / "model.onnx", config, {"input.1": x}, instances, seconds)
 
 
 def write_repository(directory: Path, instances: int) -> Path:
@@ -151,10 +185,10 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
             process.wait(30)
 
 
-def served(repo: Path, logs: Path, measurement_ms: int, concurrency: int) -> perf_analyzer.Level:
+def served(repo: Path, logs: Path, measurement_ms: int, concurrency: int, model: str = MODEL) -> perf_analyzer.Level:
     with toolkit_serve(repo, logs / f"serve-{time.monotonic_ns()}.log") as url:
         levels = perf_analyzer.run_levels(
-            MODEL, url, batch=2, shape="input.1:" + ",".join(map(str, SHAPE)),
+            model, url, batch=2, shape="input.1:" + ",".join(map(str, SHAPE)),
             concurrency=str(concurrency), measurement_ms=measurement_ms, max_trials=10,
         )
     return levels[-1]
@@ -169,6 +203,7 @@ def main() -> int:
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--quick", action="store_true", help="1 repeat, short windows")
     parser.add_argument("--write-repo", type=Path, help="only write the repository to this folder")
+    parser.add_argument("--no-control", dest="control", action="store_false", help="skip the onnxruntime control")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.seconds, args.measurement_ms = 1, 1.0, 1000
@@ -176,38 +211,49 @@ def main() -> int:
         print(write_repository(args.write_repo, args.instances))
         return 0
 
+    arms = {"openvino": (MODEL, ceiling)}
+    if args.control:
+        arms["onnxruntime (control)"] = (ORT_MODEL, ort_ceiling_at)
+    ceilings: dict[str, dict[int, list[float]]] = {arm: {b: [] for b in BATCH_SIZES} for arm in arms}
+    runs: dict[str, list[perf_analyzer.Level]] = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory(prefix="openvino-bench-") as scratch:
         repo = write_repository(Path(scratch) / "models", args.instances)
+        if args.control:
+            write_control(repo, args.instances)
         logs = Path(scratch) / "logs"
-        ceilings: dict[int, list[float]] = {b: [] for b in BATCH_SIZES}
-        runs: list[perf_analyzer.Level] = []
         for repeat in range(args.repeats):
             order = ("ceiling", "served") if repeat % 2 == 0 else ("served", "ceiling")
-            for what in order:
-                if what == "ceiling":
-                    for batch in BATCH_SIZES:
-                        ceilings[batch].append(ceiling(repo, batch, args.instances, args.seconds))
-                else:
-                    runs.append(served(repo, logs, args.measurement_ms, args.concurrency))
-            last = runs[-1]
-            print(f"repeat {repeat + 1}: served {last.throughput:.1f} infer/s at batch {last.batch_size:.2f}; ceiling "
-                  + ", ".join(f"b{b} {ceilings[b][-1]:.1f}" for b in BATCH_SIZES), flush=True)
+            for arm, (model, measure_ceiling) in arms.items():
+                for what in order:
+                    if what == "ceiling":
+                        for batch in BATCH_SIZES:
+                            ceilings[arm][batch].append(measure_ceiling(repo, batch, args.instances, args.seconds))
+                    else:
+                        runs[arm].append(served(repo, logs, args.measurement_ms, args.concurrency, model))
+                last = runs[arm][-1]
+                print(f"repeat {repeat + 1} {arm}: served {last.throughput:.1f} infer/s at batch {last.batch_size:.2f}; "
+                      "ceiling " + ", ".join(f"b{b} {ceilings[arm][b][-1]:.1f}" for b in BATCH_SIZES), flush=True)
 
-    medians = {(args.instances, b): statistics.median(v) for b, v in ceilings.items()}
-    throughput = statistics.median(r.throughput for r in runs)
-    batch = statistics.median(r.batch_size for r in runs)
-    p95 = statistics.median(r.p95_us for r in runs) / 1000
-    top = ort_ceiling.at_batch(medians, args.instances, batch)
     print()
-    print("| model | instances | concurrency | served (infer/s) | p95 (ms) | avg batch | ceiling at that batch | ratio |")
+    print("| backend | instances | concurrency | served (infer/s) | p95 (ms) | avg batch | in-process ceiling at that batch "
+          "| % of ceiling |")
     print("|---|---|---|---|---|---|---|---|")
-    ratio = throughput / top if top else float("nan")
-    print(f"| text_recognition (IR) | {args.instances} | {args.concurrency} | {throughput:.1f} | {p95:.1f} | {batch:.2f} "
-          f"| {top:.1f} | **{ratio:.0%}** |")
+    ratios = {}
+    for arm in arms:
+        medians = {(args.instances, b): statistics.median(v) for b, v in ceilings[arm].items()}
+        throughput = statistics.median(r.throughput for r in runs[arm])
+        batch = statistics.median(r.batch_size for r in runs[arm])
+        p95 = statistics.median(r.p95_us for r in runs[arm]) / 1000
+        top = ort_ceiling.at_batch(medians, args.instances, batch)
+        ratios[arm] = throughput / top if top else float("nan")
+        print(f"| {arm} | {args.instances} | {args.concurrency} | {throughput:.1f} | {p95:.1f} | {batch:.2f} | {top:.1f} "
+              f"| **{ratios[arm]:.0%}** |")
     print()
-    print("ceiling (OpenVINO in-process, infer/s): " + ", ".join(
-        f"batch {b}: {medians[(args.instances, b)]:.1f}" for b in BATCH_SIZES))
-    print(f"target >= 90 %: {'met' if ratio >= 0.9 else 'NOT met'} ({args.repeats} repeat(s), medians)")
+    for arm in arms:
+        print(f"ceiling, {arm} (infer/s): " + ", ".join(
+            f"batch {b}: {statistics.median(ceilings[arm][b]):.1f}" for b in BATCH_SIZES))
+    print(f"target >= 90 % (openvino): {'met' if ratios['openvino'] >= 0.9 else 'NOT met'} ({args.repeats} repeat(s), "
+          f"medians; load average at the end {os.getloadavg()[0]:.1f})")
     return 0
 
 

@@ -392,6 +392,19 @@ def test_openvino_models_bring_openvino_and_the_accelerator_replaces_onnxruntime
         no_deps(accelerated, gpu=12)
 
 
+def test_images_whose_openvino_wheels_do_not_exist_are_refused_before_downloading():
+    from toolkit.build.runtime_deps import ONNXRUNTIME_OPENVINO_KEY, check_wheels_exist
+
+    check_wheels_exist({"onnxruntime", ONNXRUNTIME_OPENVINO_KEY, "openvino"}, "x86_64", "3.12", (2, 34))
+    with pytest.raises(ValueError, match="wheels for x86_64 .* only, not aarch64"):
+        check_wheels_exist({ONNXRUNTIME_OPENVINO_KEY}, "aarch64", "3.12", (2, 36))
+    with pytest.raises(ValueError, match="not x86_64 with Python 3.14"):
+        check_wheels_exist({ONNXRUNTIME_OPENVINO_KEY}, "x86_64", "3.14", (2, 36))
+    check_wheels_exist({"openvino"}, "aarch64", "3.12", (2, 36))
+    with pytest.raises(ValueError, match="glibc 2.35 or newer only; the base image has glibc 2.34"):
+        check_wheels_exist({"openvino"}, "aarch64", "3.12", (2, 34))
+
+
 # -- toolkit serve, tritonclient, perf_analyzer -------------------------------------------------------
 
 

@@ -35,7 +35,13 @@ from .builders import Builder, check_platform_buildable, detect_builder, printab
 from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
 from .errors import BuildError, BuildOptionError
 from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
-from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_backends, runtime_requirements
+from .runtime_deps import (
+    CUDA_LINES,
+    DEFAULT_CUDA_MAJOR,
+    check_wheels_exist,
+    runtime_backends,
+    runtime_requirements,
+)
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
 from .wheelhouse import ModelRequirements, build_wheelhouse
 
@@ -268,6 +274,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     gpu = device == "gpu"
     try:
         backends = runtime_backends((model.config for model in compiled.models.values()), gpu=gpu)
+        check_wheels_exist(backends, base.arch, base.python, base.glibc)
     except ValueError as exc:
         raise BuildError(str(exc)) from None
     runtime = runtime_requirements(

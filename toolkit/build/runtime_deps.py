@@ -217,6 +217,29 @@ def runtime_backends(configs: Iterable[dict], gpu: bool = False) -> set[str]:
     return keys
 
 
+# Where the OpenVINO wheels exist (PyPI, checked for the pinned versions): onnxruntime-openvino
+# for x86_64 only (manylinux_2_28, CPython 3.10-3.13); openvino for x86_64 (manylinux_2_28) and
+# aarch64 (manylinux_2_35: glibc 2.35 or newer).
+ONNXRUNTIME_OPENVINO_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def check_wheels_exist(backends: Iterable[str], arch: str, python: str, glibc: tuple[int, int]) -> None:
+    """Refuse, before downloading anything, an image whose OpenVINO wheels do not exist."""
+    keys = set(backends)
+    if ONNXRUNTIME_OPENVINO_KEY in keys and (arch != "x86_64" or python not in ONNXRUNTIME_OPENVINO_PYTHONS):
+        raise ValueError(
+            f"the OpenVINO execution accelerator needs {ONNXRUNTIME_OPENVINO.spec}, which has wheels for x86_64 "
+            f"(CPython {', '.join(ONNXRUNTIME_OPENVINO_PYTHONS)}) only, not {arch} with Python {python}: build for "
+            "--platform linux/amd64 on such a base image, or remove the openvino accelerator (the model then runs on "
+            "ONNX Runtime's CPU provider), or serve the model with backend \"openvino\""
+        )
+    if "openvino" in keys and arch == "aarch64" and glibc < (2, 35):
+        raise ValueError(
+            f"{OPENVINO.spec} has aarch64 wheels for glibc 2.35 or newer only; the base image has glibc "
+            f"{glibc[0]}.{glibc[1]}: choose a newer base image (e.g. python:3.12-slim-bookworm) or build for linux/amd64"
+        )
+
+
 # What each backend's models add to an image: backend -> f(CUDA line of a GPU image, or None for
 # CPU) -> requirements installed alone (no_deps). Python models keep ONNX Runtime (model.py files
 # commonly import it without listing it; see docs/build.md).
