@@ -198,7 +198,7 @@ def main() -> int:
                             for concurrency in (1, 4):
                                 results.setdefault((workload, f"{arm}|c{concurrency}"), []).append(
                                     measure_ocr(url, image, concurrency, args.ocr_seconds))
-                    last = {k: v[-1] for k, v in results.items() if k[1].startswith(arm)}
+                    last = {k: v[-1] for k, v in results.items() if k[1].split("|")[0] == arm}
                     print(f"repeat {repeat + 1} {workload} {arm}: " + "; ".join(
                         f"{k[1].split('|')[1]} {v[0]:.1f}/s p50 {v[1]:.1f} ms" for k, v in last.items() if k[0] == workload),
                         flush=True)
