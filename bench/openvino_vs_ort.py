@@ -42,7 +42,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
