@@ -229,6 +229,16 @@ def test_instances_share_one_compiled_model_and_its_parameters(repo):
     assert not backend._compiled  # the last instance closed releases the compiled model
 
 
+def test_cpu_budget_hook_reports_explicit_inference_threads_per_instance(repo):
+    """INFERENCE_NUM_THREADS is the version's total (one compiled model for its instances): the CPU
+    budget's hook reports each instance's part; unset, the budget has nothing fixed to count."""
+    add_sub_model(repo, config=ADD_SUB + "instance_group [ { count: 2 kind: KIND_CPU } ]\n")
+    spec = spec_of(repo, "add_sub")
+    assert backend.explicit_threads(spec.config) is None
+    explicit = {**spec.config, "parameters": {"INFERENCE_NUM_THREADS": {"string_value": "4"}}}
+    assert backend.explicit_threads(explicit) == 2
+
+
 def test_batch_padding_compiles_for_max_batch_size_and_pads(repo):
     add_sub_model(repo, config=ADD_SUB + 'parameters { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } }\n')
     (instance,) = instances(spec_of(repo, "add_sub"))

@@ -131,6 +131,15 @@ def _model_json(result, name: str) -> dict:
     return entry
 
 
+def _cpu_plan(result, cpus: Optional[float]):
+    """The runtime's CPU thread budget for the compiled models (handlers/cpu_budget.py), on
+    `cpus` CPUs or this machine's."""
+    from handlers import cpu_budget
+
+    count = cpu_budget.available_cpus() if cpus is None else cpu_budget.for_target(cpus, f"--cpus {cpus:g}")
+    return cpu_budget.plan(result.models.values(), count)
+
+
 @app.command()
 def validate(
     repo: RepoArg,
@@ -138,19 +147,27 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON")] = False,
     device: DeviceOpt = "cpu",
     strict: StrictOpt = False,
+    cpus: Annotated[
+        Optional[float],
+        typer.Option("--cpus", min=0.01, help="CPUs the thread budget is planned for (default: this machine's)"),
+    ] = None,
 ) -> None:
     """Check a repository the way tritonserver would; exit 1 if any selected model is invalid.
 
     Messages are tritonserver's where it defines the check. Instances are computed for --device
-    (the target), not for this machine.
+    (the target), not for this machine. `threads` (per instance) is the runtime's CPU thread budget
+    (docs/performance.md) on --cpus CPUs, or on this machine's.
     """
     result = _compile(repo, model, device, strict)
+    cpu_plan = _cpu_plan(result, cpus)
+    threads = cpu_plan.compact()
     if as_json:
         doc = {
             "repository": str(result.root),
             "device": str(result.device),
             "auto_complete": not strict,
             "ok": result.ok,
+            "cpu_budget": cpu_plan.as_dict(),
             "models": [_model_json(result, name) for name in sorted(result.selected)],
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
@@ -160,7 +177,7 @@ def validate(
     table = Table(title=f"Model repository {result.root} (device: {result.device})", title_justify="left")
     # Model names are never truncated: the column is as wide as the longest name.
     table.add_column("model", no_wrap=True, min_width=max((len(n) for n in names), default=5))
-    for column in ("versions", "backend", "batching", "instances", "status"):
+    for column in ("versions", "backend", "batching", "instances", "threads", "status"):
         table.add_column(column, overflow="fold")
     styles = {"READY": "[green]OK[/green]", "INVALID": "[red]INVALID[/red]", "UNSUPPORTED": "[yellow]UNSUPPORTED[/yellow]"}
     for name in names:
@@ -168,12 +185,14 @@ def validate(
         if name in result.models:
             m = result.models[name]
             table.add_row(
-                name, ",".join(map(str, m.versions)), m.backend, _batching(m.config), _instances(m.config), status,
-                style=None,
+                name, ",".join(map(str, m.versions)), m.backend, _batching(m.config), _instances(m.config),
+                threads.get(name, "-"), status, style=None,
             )
         else:
-            table.add_row(name, "-", "-", "-", "-", status)
+            table.add_row(name, "-", "-", "-", "-", "-", status)
     console.print(table, crop=False)
+    if result.models:
+        console.print(cpu_plan.summary(), highlight=False, soft_wrap=True)
     for name in names:
         if name in result.models:
             for warning in result.models[name].warnings:
@@ -250,7 +269,11 @@ def serve(
         for warning in compiled.warnings:
             err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
-    repository = ModelRepository(manifest)
+    try:
+        repository = ModelRepository(manifest)
+    except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)
     raise typer.Exit(run_server(repository, host, port, exit_on_error=exit_on_error, log_level=log_level))
 

@@ -13,7 +13,11 @@ any other file OpenVINO reads, e.g. `default_model_filename: "model.onnx"`. As i
   HINT_BF16 are set on the target device; SKIP_OV_DYNAMIC_BATCHSIZE (the auto-batching hint),
   ENABLE_BATCH_PADDING, RESHAPE_IO_LAYERS, TARGET_DEVICE and CPU_EXTENSION_PATH as the backend
   reads them, with its messages for values it refuses;
-- KIND_CPU instances only.
+- KIND_CPU instances only;
+- CPU threads: INFERENCE_NUM_THREADS where the config sets it (the CPU budget's
+  `explicit_threads` hook reports each instance's part); otherwise OpenVINO's default (every
+  core), as in Triton: the budget's share is not applied yet (setting it made warmup hang in a
+  `toolkit serve` process; to be investigated).
 
 Batching (max_batch_size > 0): the backend compiles the model for exactly max_batch_size and
 fails every execution of another batch size unless ENABLE_BATCH_PADDING pads it. Here the batch
@@ -163,6 +167,19 @@ def parse_settings(config: dict) -> Settings:
         cpu_extension_path=_parameter(config, "CPU_EXTENSION_PATH"),
         device_properties=tuple(properties),
     )
+
+
+def explicit_threads(config: dict) -> int | None:
+    """The CPU budget's hook (handlers/cpu_budget.py): the threads one instance uses because the
+    config sets INFERENCE_NUM_THREADS. The version's instances share one compiled model, which
+    uses that many threads for all of them together."""
+    value = _parameter(config, "INFERENCE_NUM_THREADS").strip()
+    if not (value.isdigit() and value.isascii()) or int(value) == 0:
+        return None  # unset, or 0 (OpenVINO's default): the budget decides
+    from ..instance_group import instance_slots
+
+    count = max(1, len(instance_slots(config)))
+    return max(1, -(-int(value) // count))
 
 
 def device_properties(settings: Settings) -> dict:
@@ -418,8 +435,9 @@ def _model_path(spec: ModelSpec, version: int) -> Path:
     return Path(path)
 
 
-def compile_model(spec: ModelSpec, version: int) -> _Compiled:
-    """Read, check, configure and compile one model version (ModelInstanceState's first instance)."""
+def compile_model(spec: ModelSpec, version: int, threads: int | None = None) -> _Compiled:
+    """Read, check, configure and compile one model version (ModelInstanceState's first instance).
+    `threads`: INFERENCE_NUM_THREADS from the CPU budget where the config sets none."""
     ov = openvino()
     started = time.perf_counter()
     config = spec.config
@@ -437,6 +455,10 @@ def compile_model(spec: ModelSpec, version: int) -> _Compiled:
     prepared = prepare_model(model, config, settings, spec.name)
     device = settings.target_device
     properties = device_properties(settings)
+    if threads is not None:
+        import openvino.properties as props
+
+        properties.update(dict([props.inference_num_threads(threads)]))
     try:
         if properties:
             core.set_property(device, properties)
@@ -464,7 +486,7 @@ def _cache_key(spec: ModelSpec, version: int) -> tuple:
     return (str(spec.directory), spec.name, version, json.dumps(spec.config, sort_keys=True))
 
 
-def _acquire(spec: ModelSpec, version: int) -> tuple[tuple, _Compiled]:
+def _acquire(spec: ModelSpec, version: int, share: int | None = None) -> tuple[tuple, _Compiled]:
     key = _cache_key(spec, version)
     with _compiled_lock:
         lock = _key_locks.setdefault(key, threading.Lock())
@@ -497,20 +519,20 @@ def create_instance(spec: ModelSpec, version: int, slot: Any) -> "OpenVINOInstan
     """One instance (the backend contract, handlers/backends/__init__.py)."""
     if slot.kind != "KIND_CPU":
         raise ModelLoadError(f"unable to load model '{spec.name}', Triton OpenVINO backend supports only Kind CPU and AUTO")
-    return OpenVINOInstance(spec, version, slot.name)
+    return OpenVINOInstance(spec, version, slot.name, getattr(slot, "threads", None))
 
 
 class OpenVINOInstance:
     """One model instance: an infer request on its version's compiled model, used by one batcher
     worker thread at a time."""
 
-    def __init__(self, spec: ModelSpec, version: int, name: str) -> None:
+    def __init__(self, spec: ModelSpec, version: int, name: str, threads: int | None = None) -> None:
         started = time.perf_counter()
         self.name = name
         self.kind = "KIND_CPU"
         self.spec = spec
         self.version = version
-        self._key, entry = _acquire(spec, version)
+        self._key, entry = _acquire(spec, version, threads)
         self._closed = False
         try:
             self.request = entry.compiled.create_infer_request()
@@ -521,6 +543,11 @@ class OpenVINOInstance:
         self.static_batch = entry.static_batch
         self._input_shapes = entry.input_shapes
         self.load_seconds = time.perf_counter() - started
+        self.inference_threads = self.compiled.get_property("INFERENCE_NUM_THREADS")
+        log.info(
+            "model '%s' version %d instance %s: OpenVINO inference threads %d (shared by the version's instances)",
+            spec.name, version, name, self.inference_threads,
+        )
         config = spec.config
         self.max_batch_size = int(config.get("max_batch_size", 0))
         self.batching = self.max_batch_size > 0

@@ -15,6 +15,7 @@ import abc
 import json
 import os
 import platform as host_platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -270,6 +271,20 @@ class PodmanBuilder(DockerBuilder):
         )
 
 
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def _buildah_size(value: object) -> int:
+    """`buildah images --json` gives the size as bytes or, in buildah 1.2x, as go-units text
+    ("309 MB", decimal units): bytes either way (the text form to its 3 significant digits)."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([kKmMgGtT]?B)\s*", str(value or "0B"))
+    if match is None:
+        raise BuildError(f"buildah reported an image size it cannot read: {value!r}")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
 class BuildahBuilder(PodmanBuilder):
     name = "buildah"
     can_run = False
@@ -288,7 +303,7 @@ class BuildahBuilder(PodmanBuilder):
         if result.returncode != 0:
             raise BuildError(f"buildah images {reference} failed", detail=result.stderr[-2000:])
         data = json.loads(result.stdout)[0]
-        return ImageInfo(reference, data.get("id", ""), int(data.get("size") or 0))
+        return ImageInfo(reference, data.get("id", ""), _buildah_size(data.get("size")))
 
     def probe(self, image: str, script: str, platform: str) -> str:
         made = _run([self.executable, "from", "--platform", platform, image], self.env, timeout=600)

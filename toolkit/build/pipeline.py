@@ -339,6 +339,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     })
     report_path = context.directory / "build-report.json"
     report.manifests = [str(p) for p in _write_deploy_manifests(target.name, context.directory, pushed or reference, name, compiled)]
+    _add_cpu_budget(report, target.name, name, compiled)
 
     if target.max_image_bytes is not None and sum(context.model_bytes.values()) > target.max_image_bytes:
         report.errors.append(f"the models alone exceed {target.name}'s image size limit")
@@ -381,6 +382,17 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
 
 def _warmups(compiled: CompiledRepository) -> int:
     return sum(len(m.config.get("model_warmup", [])) for m in compiled.models.values())
+
+
+def _add_cpu_budget(report: BuildReport, target: str, name: str, compiled: CompiledRepository) -> None:
+    """The runtime's CPU thread plan on the CPUs the deploy manifest gives a container."""
+    from ..deploy.manifests import target_cpu_plan
+
+    cpu_plan = target_cpu_plan(target, name, compiled)
+    report.cpu_budget = {**cpu_plan.as_dict(), "summary": cpu_plan.summary(), "lines": cpu_plan.lines()}
+    threads = cpu_plan.compact()
+    for entry in report.models:
+        entry.cpu_threads = threads.get(entry.name, "")
 
 
 def _write_deploy_manifests(target: str, context_dir: Path, image: str, name: str, compiled) -> list[Path]:
