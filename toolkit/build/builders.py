@@ -50,6 +50,8 @@ class ImageInfo:
     labels: dict[str, str] = field(default_factory=dict)
     user: str = ""
     architecture: str = ""
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
 
 
 def _run(command: Sequence[str], env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -138,7 +140,9 @@ class Builder(abc.ABC):
     def probe(self, image: str, script: str, platform: str) -> str:
         """Run `python3 -c script` in `image` (no network); its output."""
 
-    def run_detached(self, image: str, args: list[str]) -> str:
+    def run_detached(self, image: str, args: list[str], command: list[str] | None = None) -> str:
+        """Start `image` in the background with engine options `args` (and `command` after the
+        image: the entrypoint's arguments); return the container's name."""
         raise BuildError(f"{self.name} cannot run images here")
 
     def remove_container(self, container: str) -> None:
@@ -192,7 +196,7 @@ class DockerBuilder(Builder):
         config = data.get("Config") or {}
         return ImageInfo(
             reference, data["Id"], int(data["Size"]), layers[::-1], config.get("Labels") or {},
-            config.get("User", ""), data.get("Architecture", ""),
+            config.get("User", ""), data.get("Architecture", ""), config.get("Entrypoint") or [], config.get("Cmd") or [],
         )
 
     def probe(self, image: str, script: str, platform: str) -> str:
@@ -206,9 +210,13 @@ class DockerBuilder(Builder):
             raise BuildError(f"could not run python3 in base image {image}", detail=(result.stdout + result.stderr)[-2000:])
         return result.stdout
 
-    def run_detached(self, image: str, args: list[str]) -> str:
+    def run_detached(self, image: str, args: list[str], command: list[str] | None = None) -> str:
         name = f"toolkit-build-{uuid.uuid4().hex[:12]}"
-        result = _run([self.executable, "run", "-d", "--name", name, *args, image], self.env, timeout=600)
+        try:
+            result = _run([self.executable, "run", "-d", "--name", name, *args, image, *(command or [])], self.env, timeout=600)
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM, timeout) while the engine creates it
+            self.remove_container(name)
+            raise
         if result.returncode != 0:
             self.remove_container(name)  # created but not started: leave nothing behind
             raise BuildError(f"could not start {image}", detail=result.stderr[-2000:])
@@ -267,7 +275,7 @@ class PodmanBuilder(DockerBuilder):
         config = data.get("Config") or {}
         return ImageInfo(
             reference, data["Id"], int(data.get("Size") or 0), layers[::-1], config.get("Labels") or {},
-            config.get("User", ""), data.get("Architecture", ""),
+            config.get("User", ""), data.get("Architecture", ""), config.get("Entrypoint") or [], config.get("Cmd") or [],
         )
 
 
@@ -318,7 +326,7 @@ class BuildahBuilder(PodmanBuilder):
             raise BuildError(f"could not run python3 in base image {image}", detail=(result.stdout + result.stderr)[-2000:])
         return result.stdout
 
-    def run_detached(self, image: str, args: list[str]) -> str:
+    def run_detached(self, image: str, args: list[str], command: list[str] | None = None) -> str:
         raise BuildError("buildah cannot run a service container; use docker or podman to measure the cold start")
 
 
