@@ -56,10 +56,15 @@ class Server:
     process: subprocess.Popen
     port: int
     log: Path
+    grpc_port: int = 0
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, protocol: str = "http") -> str:
+        """What perf_analyzer's -u takes for `protocol` (http: the HTTP port, grpc: the gRPC port)."""
+        return f"127.0.0.1:{self.grpc_port}" if protocol == "grpc" else self.url
 
     @property
     def label(self) -> str:
@@ -83,12 +88,12 @@ class Server:
 
 def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 900) -> Server:
     """`timeout` covers the first use of scripts/tools/tritonserver, which installs it."""
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     if kind == TOOLKIT:
-        command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-                   "--log-level", "warning"]
+        command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--grpc-port",
+                   str(grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level", "warning"]
     else:
-        command = [str(TRITONSERVER), "serve", str(repo), "--http-port", str(port), "--grpc-port", "0",
+        command = [str(TRITONSERVER), "serve", str(repo), "--http-port", str(port), "--grpc-port", str(grpc_port),
                    "--metrics-port", "0", "--ort-threads", str(ort_threads)]
     env = {**os.environ, "TOOLKIT_TRITON_ORT_VERSION": ort_version}
     logs.mkdir(parents=True, exist_ok=True)
@@ -96,7 +101,7 @@ def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Pa
     with open(log, "w") as handle:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    server = Server(kind, process, port, log)
+    server = Server(kind, process, port, log, grpc_port)
     deadline = time.monotonic() + timeout
     while not _ready(port):
         if process.poll() is not None:

@@ -2,7 +2,7 @@
 
 Status codes and bodies follow tritonserver 2.51 as measured (docs/protocol.md): unknown model 404
 `Request for unknown model: 'x' is not found`, readiness by status code (200 / 400), errors as
-`{"error": "..."}`. gRPC is out of scope.
+`{"error": "..."}`. The gRPC service (handlers/protocol/grpc) answers from the same documents.
 
 Every route is described in the app's OpenAPI document (`GET /openapi.json`): the v2 request and
 response bodies, the binary tensor data extension's framing, and every status a route answers, so
@@ -74,7 +74,8 @@ def error_response(error: InferenceError) -> Response:
     return Response(encode_error(error), status_code=error.http_status, media_type=JSON)
 
 
-def _metadata(model: LoadedModel, versions: list[int]) -> dict[str, Any]:
+def model_metadata_document(model: LoadedModel, versions: list[int]) -> dict[str, Any]:
+    """Triton's model metadata (REST `GET /v2/models/M`, gRPC `ModelMetadata`)."""
     config = model.spec.config
     batch = [-1] if model.spec.max_batch_size > 0 else []
 
@@ -333,11 +334,14 @@ async def health_ready(request: Request) -> Response:
     return Response(status_code=200 if _repository(request).ready() else 400)
 
 
+def server_metadata_document() -> dict[str, Any]:
+    """Triton's server metadata (REST `GET /v2`, gRPC `ServerMetadata`)."""
+    return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS, "toolkit_version": __version__}
+
+
 @router.get("/v2", responses={200: _ok(_SERVER_METADATA_SCHEMA)})
 async def server_metadata() -> Response:
-    return _json(
-        {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS, "toolkit_version": __version__}
-    )
+    return _json(server_metadata_document())
 
 
 @router.get("/v2/models/stats", responses={200: _ok(_STATISTICS_SCHEMA)})
@@ -361,7 +365,7 @@ async def model_metadata(request: Request, model_name: str, model_version: int |
         return error_response(error)
     if not model.ready:
         return error_response(model.not_ready_error())
-    return _json(_metadata(model, repository.ready_versions(model_name)))
+    return _json(model_metadata_document(model, repository.ready_versions(model_name)))
 
 
 @router.get(
