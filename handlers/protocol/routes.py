@@ -24,7 +24,7 @@ from fastapi.responses import Response
 
 from .. import __version__
 from .. import limits
-from .. import metrics
+from .. import metrics, workers
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import ErrorCode, InferenceError
 from ..inference import InferRequest
@@ -331,7 +331,7 @@ async def health_live() -> Response:
     responses={200: _ok(None, "Every model is loaded and warmed up"), 400: {"description": "Not ready"}},
 )
 async def health_ready(request: Request) -> Response:
-    return Response(status_code=200 if _repository(request).ready() else 400)
+    return Response(status_code=200 if await workers.server_ready(_repository(request)) else 400)
 
 
 def server_metadata_document() -> dict[str, Any]:
@@ -347,13 +347,12 @@ async def server_metadata() -> Response:
 @router.get("/v2/models/stats", responses={200: _ok(_STATISTICS_SCHEMA)})
 async def all_statistics(request: Request) -> Response:
     repository = _repository(request)
-    stats = [
-        model.statistics.as_dict()
-        for name in sorted(repository.models)
-        for _, model in sorted(repository.models[name].items())
-        if model.ready
-    ]
-    return _json({"model_stats": stats})
+    models = [model for name in sorted(repository.models) for _, model in sorted(repository.models[name].items())
+              if model.ready]
+    try:
+        return _json({"model_stats": await workers.statistics(repository, models)})
+    except InferenceError as error:  # a worker did not answer
+        return error_response(error)
 
 
 @router.get("/v2/models/{model_name}", responses={200: _ok(_MODEL_METADATA_SCHEMA), **_MODEL_ERRORS})
@@ -576,9 +575,9 @@ async def model_statistics(request: Request, model_name: str, model_version: int
             if not model.ready:
                 raise model.not_ready_error()
             models = [model]
+        return _json({"model_stats": await workers.statistics(repository, models)})
     except InferenceError as error:
         return error_response(error)
-    return _json({"model_stats": [m.statistics.as_dict() for m in models]})
 
 
 @router.get("/v2/models/{model_name}/versions/{model_version:int}/stats", responses=_MODEL_STATISTICS_RESPONSES)
@@ -623,5 +622,8 @@ async def model_control(request: Request, model_name: str) -> Response:
 
 
 @router.get("/metrics", responses={200: _ok({"type": "string"}, "Prometheus text format", "text/plain")})
-async def prometheus_metrics() -> Response:
-    return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+async def prometheus_metrics(request: Request) -> Response:
+    try:
+        return Response(await workers.exposition(_repository(request)), media_type=metrics.CONTENT_TYPE)
+    except InferenceError as error:  # a worker did not answer
+        return error_response(error)
