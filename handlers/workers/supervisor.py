@@ -97,7 +97,7 @@ def supervise(
                  ", ".join(str(listener) for listener in listeners))
         if on_listening is not None:
             on_listening(listeners)
-        while any(process.poll() is None for process in processes):
+        while [process.poll() for process in processes].count(None):  # poll every one (any() would stop early)
             failed = [p for p in processes if p.returncode not in (None, 0)]
             exited = [p for p in processes if p.returncode is not None]
             if exited and not stopping:
