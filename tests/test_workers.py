@@ -216,9 +216,10 @@ def test_every_request_is_counted_once_across_workers(tmp_path):
                 assert metric(text, "nv_inference_request_success", "add_sub") == expected
                 assert metric(text, "nv_inference_exec_count", "add_sub") == executions
                 assert text.count("# TYPE nv_cpu_utilization gauge") == 1
-        # each worker holds its own instance of add_sub (the config's two, split)
-        assert sorted(len(ask_worker(directory, i, {"op": "state"})) for i in range(2)) == [2, 2]
-        assert len(worker_pids(server.process.pid)) == 2
+        # each worker holds its own instance of add_sub (the config's two, split, names kept)
+        states = [ask_worker(directory, i, {"op": "state"}) for i in range(2)]
+        assert [state["instances"] for state in states] == [{"add_sub": ["add_sub_0_0"]}, {"add_sub": ["add_sub_0_1"]}]
+        assert sorted(state["pid"] for state in states) == sorted(worker_pids(server.process.pid))
 
 
 def test_ready_only_when_every_worker_is(tmp_path):

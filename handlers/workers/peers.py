@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +73,9 @@ class Peers:
         op = question.get("op")
         repository = self.repository
         if op == "state":
-            return {"ready": repository.ready(), "loaded": repository.loaded}
+            instances = {name: sorted({i.name for m in versions.values() for i in m.instances})
+                         for name, versions in repository.models.items()}
+            return {"ready": repository.ready(), "loaded": repository.loaded, "pid": os.getpid(), "instances": instances}
         if op == "stats":
             found = []
             for name, version in question.get("models", []):
