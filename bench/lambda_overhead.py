@@ -1,6 +1,9 @@
 """What the toolkit's Lambda handler adds to an invocation, under AWS's Lambda RIE.
 
-    .venv/bin/python bench/lambda_overhead.py [--rounds 10] [--per-round 100] [--json OUT.json]
+    .venv/bin/python bench/lambda_overhead.py [--rounds 10] [--per-round 100] [--json OUT.json] [--quick]
+
+`--quick` is a smoke run (2 rounds x 20 invocations): it checks the script, the RIE and every
+function's answers; its numbers mean nothing.
 
 Three functions run side by side, each as Lambda runs it: AWS's Runtime Interface Emulator (the
 binary Lambda's base images carry, toolkit/build/lambda_rie.py) starting the real awslambdaric
@@ -163,7 +166,10 @@ def main() -> None:
     parser.add_argument("--per-round", type=int, default=100, help="invocations per function, request kind and round")
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--json", type=Path, help="write every latency here")
+    parser.add_argument("--quick", action="store_true", help="2 rounds x 20 invocations, 10 warm-up (a smoke run)")
     args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.per_round, args.warmup = 2, 20, 10
 
     scratch = Path(tempfile.mkdtemp(prefix="lambda-overhead-"))
     repository = scratch / "repository"
@@ -209,6 +215,7 @@ def main() -> None:
     finally:
         for function in functions:
             function.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     load_after = os.getloadavg()
 
     print(f"Lambda RIE, samples/quickstart add_sub; {args.rounds} rounds x {args.per_round} warm invocations per "
@@ -230,7 +237,6 @@ def main() -> None:
             results["functions"].setdefault(function.name, {})[kind] = {"client_ms": client, "handler_ms": handler}
     if args.json:
         args.json.write_text(json.dumps(results))
-    shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """Per-request overhead of `toolkit serve` and tritonserver on the tiny model, measured robustly.
 
     .venv/bin/python bench/overhead.py [--protocol http|grpc] [--repeats 5] [--window 2000]
-        [--variant NAME=SERVER:INSTANCES:BATCHING[:WORKERS]] ...
+        [--variant NAME=SERVER:INSTANCES:BATCHING[:WORKERS]] ... [--json OUT.json] [--quick]
+
+`--quick` is a smoke run (1 repeat, 1 s windows): it checks the script and the servers, its
+numbers mean nothing.
 
 The throughput of an overhead-bound model on a shared machine moves with whatever else runs, so
 the primary number here is what the machine's load moves least: the **server's CPU time per
@@ -11,12 +14,16 @@ caps one Python process at about one core) and of perf_analyzer per request. Wal
 throughput and p95 come with them, as medians of interleaved repeats (the variants take turns,
 their order rotating), together with the load average.
 
-Variants (default: the set in docs/performance.md): SERVER is `toolkit` (`toolkit serve`,
-WORKERS processes: `--workers`) or `triton` (scripts/tools/tritonserver, its python backend
-running ONNX Runtime, as bench/servers.py); INSTANCES the instance_group count; BATCHING 1 for
-`dynamic_batching { }`, 0 for none. The load is perf_analyzer 2.51: `-b 2` at concurrency 16
-(`--concurrency`). Each variant's executed batch sizes (the statistics extension's batch_stats,
-before and after) give its batch-size histogram.
+Variants (default: the set in docs/performance.md, "Per-request overhead"): SERVER is `toolkit`
+(`toolkit serve`, WORKERS processes: `--workers`) or `triton` (scripts/tools/tritonserver, its
+python backend running ONNX Runtime, as bench/servers.py); INSTANCES the instance_group count;
+BATCHING 1 for `dynamic_batching { }`, 0 for none. The load is perf_analyzer 2.51: `-b 2` at
+concurrency 16 (`--concurrency`). Over gRPC, perf_analyzer's concurrent clients share a channel
+(one HTTP/2 connection) by default, and SO_REUSEPORT spreads connections, not requests: all of it
+reaches one worker. `--grpc-channel-share 1` (TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT,
+tritonclient's own setting, for both servers) gives each client its own connection. Each
+variant's executed batch sizes (the statistics extension's batch_stats, before and after) give
+its batch-size histogram.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -60,6 +68,7 @@ DEFAULT_VARIANTS = [
     "Triton (2 instances)=triton:2:1",
 ]
 TICKS = os.sysconf("SC_CLK_TCK")
+GRPC_SHARE_ENV = "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"
 
 
 def repository(root: Path, instances: int, batching: bool) -> Path:
@@ -134,12 +143,14 @@ class Variant:
             command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(self.http_port),
                        "--grpc-port", str(self.grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level",
                        "warning", "--workers", str(self.workers)]
-        log = open(logs / f"{self.name.replace(' ', '_').replace('/', '_')}.log", "w")
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log = logs / f"{self.name.replace(' ', '_').replace('/', '_')}.log"
+        with open(log, "w") as handle:
+            self.process = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
         deadline = time.monotonic() + 900
         while not all(self._get("/v2/health/ready")[0] == 200 for _ in range(8)):  # every worker answers
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} did not start: see {log.name}")
+                raise RuntimeError(f"{self.name} did not start:\n{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.3)
 
     def _get(self, path: str) -> tuple[int, bytes]:
@@ -220,7 +231,8 @@ class Variant:
 
 def summary(variant: Variant) -> dict:
     runs = variant.runs
-    out = {"name": variant.name}
+    out = {"name": variant.name, "server": variant.server, "instances": variant.instances,
+           "batching": variant.batching, "workers": variant.workers}
     for key in ("cpu_us_per_request", "event_loop_us_per_request", "client_us_per_request", "server_cores",
                 "infer_per_s", "p95_ms", "load"):
         values = [r[key] for r in runs if r[key] is not None]
@@ -234,18 +246,33 @@ def summary(variant: Variant) -> dict:
     return out
 
 
-def markdown(protocol: str, summaries: list[dict], repeats: int) -> str:
-    lines = [f"tiny model, perf_analyzer -i {protocol} -b 2, concurrency 16; medians of {repeats} interleaved repeats "
-             "(range in brackets)", "",
-             "| variant | server CPU us/request | event-loop CPU us/request | perf_analyzer CPU us/request | infer/s | p95 ms | load |",
-             "|---|---|---|---|---|---|---|"]
+def versus_triton(summary: dict, summaries: list[dict]) -> str:
+    """A toolkit variant's median throughput over the Triton variant's with the same instances and
+    batching (the issue's target: >= 0.8x on the tiny model at c16)."""
+    if summary["server"] != "toolkit":
+        return ""
+    for other in summaries:
+        same = (other["instances"], other["batching"]) == (summary["instances"], summary["batching"])
+        if other["server"] == "triton" and same:
+            return f"{summary['infer_per_s'] / other['infer_per_s']:.2f}x"
+    return ""
+
+
+def markdown(protocol: str, summaries: list[dict], repeats: int, concurrency: int) -> str:
+    shared = os.environ.get(GRPC_SHARE_ENV) if protocol == "grpc" else None
+    share = f", {GRPC_SHARE_ENV}={shared}" if shared else ""
+    lines = [f"tiny model, perf_analyzer -i {protocol} -b 2, concurrency {concurrency}{share}; medians of {repeats} "
+             "interleaved repeats (range in brackets)", "",
+             "| variant | server CPU us/request | event-loop CPU us/request | perf_analyzer CPU us/request | infer/s | "
+             "vs Triton | p95 ms | load |",
+             "|---|---|---|---|---|---|---|---|"]
     for s in summaries:
         loop = "n/a" if s["event_loop_us_per_request"] is None else f"{s['event_loop_us_per_request']:.0f}"
         lo, hi = s["cpu_us_per_request_range"]
         tlo, thi = s["infer_per_s_range"]
         lines.append(f"| {s['name']} | {s['cpu_us_per_request']:.0f} ({lo:.0f}-{hi:.0f}) | {loop} | "
                      f"{s['client_us_per_request']:.0f} | {s['infer_per_s']:.0f} ({tlo:.0f}-{thi:.0f}) | "
-                     f"{s['p95_ms']:.1f} | {s['load']:.1f} |")
+                     f"{versus_triton(s, summaries)} | {s['p95_ms']:.1f} | {s['load']:.1f} |")
     lines += ["", "Executed batch sizes (share of executions, all repeats):", "",
               "| variant | " + " | ".join(str(i) for i in range(1, 9)) + " | average |", "|---|" + "---|" * 9]
     for s in summaries:
@@ -264,7 +291,15 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=2000, help="perf_analyzer's measurement window (ms)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", type=Path, help="write every run here")
+    parser.add_argument("--quick", action="store_true", help="1 repeat, 1 s windows (a smoke run)")
+    parser.add_argument("--grpc-channel-share", type=int,
+                        help="perf_analyzer's clients per gRPC channel (TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT; "
+                             "default: tritonclient's)")
     args = parser.parse_args()
+    if args.grpc_channel_share:
+        os.environ[GRPC_SHARE_ENV] = str(args.grpc_channel_share)
+    if args.quick:
+        args.repeats, args.window = 1, 1000
     variants = [Variant.parse(v) for v in (args.variant or DEFAULT_VARIANTS)]
     scratch = Path(tempfile.mkdtemp(prefix="overhead-bench-"))
     try:
@@ -280,11 +315,13 @@ def main() -> None:
     finally:
         for variant in variants:
             variant.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
     summaries = [summary(v) for v in variants]
     print()
-    print(markdown(args.protocol, summaries, args.repeats))
+    print(markdown(args.protocol, summaries, args.repeats, args.concurrency))
     if args.json:
-        args.json.write_text(json.dumps({"protocol": args.protocol, "summaries": summaries,
+        args.json.write_text(json.dumps({"protocol": args.protocol, "grpc_channel_share": args.grpc_channel_share,
+                                         "summaries": summaries,
                                          "runs": {v.name: v.runs for v in variants}}, indent=1))
 
 
