@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -265,6 +266,9 @@ def serve(
         typer.Option("--exit-on-error/--no-exit-on-error", help="Fail at startup if a model fails to load (tritonserver's default)"),
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    workers: Annotated[
+        str, typer.Option("--workers", help="Server processes on the same ports, each with its share of every model's instances: N or auto (docs/performance.md)")
+    ] = "1",
 ) -> None:
     """Serve a repository locally with the same runtime the images run: v2 REST on 8000, gRPC on 8001
     and metrics on 8002, like tritonserver."""
@@ -274,6 +278,8 @@ def serve(
     from handlers.entrypoints.server import serve as run_server
     from handlers.manifest import Manifest
     from handlers.model_repository import ModelRepository
+    from handlers.workers.plan import worker_count
+    from handlers.workers.supervisor import supervise
 
     for option, value in (("--http-port", port), ("--grpc-port", grpc_port), ("--metrics-port", metrics_port)):
         if value is not None and not 0 <= value <= 65535:
@@ -304,7 +310,8 @@ def serve(
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
     try:
         repository = ModelRepository(manifest)
-    except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs
+        count = worker_count(manifest, workers, repository.cpu_plan.cpus.cpus)
+    except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs, too many workers
         err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
@@ -312,6 +319,14 @@ def serve(
         where = ", ".join(str(listener) for listener in listeners)
         err_console.print(f"serving {len(manifest.models)} model(s) from {result.root}: {where}", highlight=False, soft_wrap=True)
 
+    if count > 1:
+        with tempfile.TemporaryDirectory(prefix="toolkit-serve-") as folder:
+            manifest_path = Path(folder) / "models.json"
+            manifest_path.write_text(json.dumps(result.manifest()))
+            raise typer.Exit(supervise(
+                manifest_path, result.root, count, host, port, grpc_port=grpc_port, metrics_port=metrics_port,
+                exit_on_error=exit_on_error, log_level=log_level, on_listening=listening,
+            ))
     raise typer.Exit(run_server(
         repository, host, port, grpc_port=grpc_port, metrics_port=metrics_port, exit_on_error=exit_on_error,
         log_level=log_level, on_listening=listening,
