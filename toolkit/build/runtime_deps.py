@@ -64,6 +64,12 @@ LAMBDA_RUNTIME_CLIENT = RuntimeRequirement("awslambdaric>=2.2", ("awslambdaric",
 
 ONNXRUNTIME_CPU = RuntimeRequirement("onnxruntime>=1.18", ("onnxruntime",), no_deps=True)
 
+# The fil backend (handlers/backends/fil) runs libtreelite through its C API and never imports
+# the treelite package, whose scipy (113 MB) serves sparse input only: installed alone, the wheel
+# adds 3 MB (docs/fil.md). The same library on CPU and GPU images (FIL predicts on CPU here).
+# manylinux_2_28 wheels from 4.8; 4.7 is the last manylinux2014 one (Lambda's Python 3.11 base).
+TREELITE = RuntimeRequirement("treelite>=4.3,<5", ("treelite",), no_deps=True)
+
 # GPU metrics (handlers.metrics reads GPU utilisation through NVML when it is importable).
 NVML = RuntimeRequirement("nvidia-ml-py>=12.535", ("pynvml",))
 
@@ -141,6 +147,7 @@ def _onnxruntime(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
 BACKEND_RUNTIME: dict[str, Callable[[CudaLine | None], tuple[RuntimeRequirement, ...]]] = {
     "onnxruntime": _onnxruntime,
     "python": _onnxruntime,
+    "fil": lambda _cuda: (TREELITE,),
 }
 DEFAULT_BACKENDS = frozenset({"onnxruntime"})
 
@@ -180,5 +187,5 @@ def runtime_requirements(
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    every = [*CORE, *SERVER, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML, TREELITE]
     return frozenset(module for requirement in every for module in requirement.imports)

@@ -14,7 +14,7 @@ load stage (a failure makes the model UNAVAILABLE)
   4. NormalizeInstanceGroup / ValidateInstanceGroup for the *target* device
   5. the backend's model init: ONNX or python auto-complete (auto-complete enabled)
   6. Model::Init: ValidateModelIOConfig, label files
-  7. instances: the model file of each version, the onnxruntime backend's config-vs-model checks
+  7. instances: the model file of each version, the onnxruntime and fil backends' config-vs-model checks
   8. warmup samples
   9. the product's own support checks (support.py): Triton's checks come first
 """
@@ -30,7 +30,7 @@ from typing import Any, Iterable
 from google.protobuf.message import Message
 
 from .. import __version__
-from . import onnx_autocomplete
+from . import fil, onnx_autocomplete
 from .backend_fields import ENSEMBLE_PLATFORM, ONNXRUNTIME_BACKEND, PYTHON_BACKEND, autocomplete_backend_fields
 from .discover import ModelDirectory, find_model_file, list_models, missing_specific_versions, select_versions
 from .ensemble import resolve_ensembles
@@ -374,6 +374,8 @@ def _load_backend_model(
         _check_python_source(model, model_files)
         if auto_complete:
             deferred = _python_auto_complete(model, config, versions, python_autocomplete)
+    elif backend == fil.FIL_BACKEND:
+        fil_parameters = fil.read_parameters(config, warnings)  # FIL's model initialisation
 
     # A model left for the image build: what depends on its completed inputs and outputs is
     # checked there (handlers/backends/python/complete.py), after auto_complete_config.
@@ -381,6 +383,8 @@ def _load_backend_model(
         validate_model_io_config(config)
         _check_label_files(model, config)
 
+    if backend == fil.FIL_BACKEND:
+        model_files.update(fil.check_model(model, config, fil_parameters, versions, warnings))
     if servable and not model_files:
         find_files()  # the instances load the model file
     if backend == ONNXRUNTIME_BACKEND:
