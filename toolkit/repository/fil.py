@@ -53,12 +53,10 @@ def check_model(model: ModelDirectory, config: Message, params: FilParameters, v
         warnings.append("KIND_GPU instances of the fil backend predict on the CPU here (Treelite's GTIL)")
     files: dict[int, str] = {}
     for version in versions:
-        version_dir = model.version_path(version)
+        path = model_path(model.version_path(version), config.default_model_filename, params.model_type)
         try:
-            loaded = load_model(version_dir, data, params, layout)
+            load_model(path, data, params, layout).close()
         except FilModelError as exc:
             raise _model_error(exc) from None
-        loaded.close()
-        path = model_path(version_dir, config.default_model_filename, params.model_type)
         files[version] = path.relative_to(model.path).as_posix()
     return files

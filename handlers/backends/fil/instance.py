@@ -33,15 +33,9 @@ class FilInstance:
         self.version = version
         config = spec.config
         started = time.perf_counter()
-        try:
-            params = parse_parameters(config)
-            layout = tensor_layout(config)
-            self.model: FilModel = load_model(spec.model_files[version], config, params, layout)
-        except FilModelError as exc:
-            raise FilModelError(
-                f"failed to load model '{spec.name}' version {version}: {exc.message}",
-                code=exc.code, key=exc.key, detail=exc.detail, file=exc.file,
-            ) from None
+        params = parse_parameters(config)
+        layout = tensor_layout(config)
+        self.model: FilModel = load_model(spec.model_files[version], config, params, layout)
         self.load_seconds = time.perf_counter() - started
         self.threads = instance_threads(params.cpu_nthread, len(instance_slots(config)))
         self.batching = spec.max_batch_size > 0

@@ -184,8 +184,8 @@ class FilModel:
         self.forest.close()
 
 
-def load_model(version_dir: Path, config: Mapping[str, Any], params: FilParameters, layout: TensorLayout) -> FilModel:
-    path = model_path(version_dir, config.get("default_model_filename", ""), params.model_type)
+def load_model(path: Path, config: Mapping[str, Any], params: FilParameters, layout: TensorLayout) -> FilModel:
+    """The model in `path` (model_path's file), checked against the config."""
     forest = load_forest(path, params)
     try:
         return FilModel(forest, params, layout, config.get("name", ""))
