@@ -17,6 +17,7 @@ import ctypes
 import importlib.util
 import json
 import logging
+import os
 import re
 import sys
 import threading
@@ -92,6 +93,26 @@ def _on_warning(message: bytes) -> None:
     log.warning("treelite: %s", message.decode("utf-8", "replace").rstrip())
 
 
+# The wheel's own OpenMP runtime (libgomp) reads its settings once, when it is loaded.
+OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
+
+
+def _load(path: Path) -> ctypes.CDLL:
+    """dlopen libtreelite with its OpenMP threads sleeping between parallel regions (passive
+    waiting) unless OMP_WAIT_POLICY is set: by default libgomp spins after every prediction,
+    which takes the CPU from the event loop that answers requests and, in a container with a
+    CPU quota, spends the quota. The variable is restored afterwards, so libraries loaded later
+    (a python model's torch) keep their defaults."""
+    previous = os.environ.get(OMP_WAIT_POLICY)
+    if previous is None:
+        os.environ[OMP_WAIT_POLICY] = "PASSIVE"
+    try:
+        return ctypes.CDLL(str(path))
+    finally:
+        if previous is None:
+            os.environ.pop(OMP_WAIT_POLICY, None)
+
+
 def library() -> ctypes.CDLL:
     """The loaded library (loaded once per process)."""
     global _lib
@@ -103,7 +124,7 @@ def library() -> ctypes.CDLL:
                     "treelite is not installed, and the fil backend loads and runs tree models with it: "
                     "pip install 'triton-serverless-toolkit[fil]' (images built by `toolkit build` carry it)"
                 )
-            lib = ctypes.CDLL(str(path))
+            lib = _load(path)
             lib.TreeliteGetLastError.restype = ctypes.c_char_p
             lib.TreeliteRegisterLogCallback(_on_log)
             lib.TreeliteRegisterWarningCallback(_on_warning)
