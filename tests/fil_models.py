@@ -92,8 +92,11 @@ def xgboost_models(repo: Path) -> list[FilCase]:
 
     X, y, test = _data(3, classes=0)
     reg = xgboost.XGBRegressor(n_estimators=30, max_depth=5, n_jobs=1).fit(X, y)
+    # with a warmup sample: the model is ready only once it ran (a failed warmup fails the load)
+    warmup = ('model_warmup [ { name: "rows" batch_size: 4 inputs { key: "input__0" value: '
+              '{ data_type: TYPE_FP32 dims: [ 8 ] random_data: true } } } ]')
     target = write_model(repo, "xgb_regressor", "model.json",
-                         {"model_type": "xgboost_json", "is_classifier": "false"}, out_dims=[1])
+                         {"model_type": "xgboost_json", "is_classifier": "false"}, out_dims=[1], extra=warmup)
     target.parent.mkdir(parents=True)
     reg.save_model(target)
     (repo / "xgb_regressor" / "config.pbtxt").write_text(

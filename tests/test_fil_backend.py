@@ -387,6 +387,15 @@ def test_threads_share_the_containers_cpus(monkeypatch, tmp_path):
     assert threads.instance_threads(-1, 2) == 4
 
 
+def test_treelite_floor_is_the_same_in_images_and_the_fil_extra():
+    import tomllib
+
+    from toolkit.build.runtime_deps import TREELITE
+
+    extra = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert extra["project"]["optional-dependencies"]["fil"] == [TREELITE.spec]
+
+
 def test_images_of_fil_repositories_carry_treelite_alone():
     fil = runtime_requirements(server=True, aws_lambda=False, runtime_client=False, gpu_cuda=None, backends={"fil"})
     names = [r.name for r in [*fil.resolved, *fil.no_deps]]
@@ -394,3 +403,68 @@ def test_images_of_fil_repositories_carry_treelite_alone():
     assert not any(n.startswith(("nvidia", "scipy", "xgboost", "lightgbm", "onnxruntime")) for n in names)
     onnx = runtime_requirements(server=True, aws_lambda=False, runtime_client=False, gpu_cuda=None)
     assert "treelite" not in [r.name for r in onnx.no_deps]
+
+
+def test_repository_loads_fil_models_with_warmup(trained):
+    """The runtime's ModelRepository loads fil models like any other: xgb_regressor has a
+    model_warmup sample (4 random rows), which runs on its instance before it is READY."""
+    from handlers.manifest import Manifest
+    from handlers.model_repository import ModelRepository
+
+    repo = trained[0]
+    compiled = compile_repository(repo, models=["xgb_regressor", "lgb_multiclass"])
+    assert compiled.ok, compiled.failure_lines()
+    repository = ModelRepository(Manifest.from_dict(compiled.manifest(), repo))
+    repository.load()
+    try:
+        regressor = repository.models["xgb_regressor"][1]
+        assert regressor.state.name == "READY" and regressor.warmup_seconds > 0
+        assert len(repository.models["lgb_multiclass"][1].instances) == 2
+        assert all(i.threads >= 1 for i in repository.models["lgb_multiclass"][1].instances)
+    finally:
+        repository.stop(drain=False)
+
+
+# -- damaged model files never crash the toolkit or the server ---------------------------------------
+
+
+def test_a_damaged_checkpoint_is_refused_before_it_can_crash_a_prediction(tmp_path):
+    """A checkpoint whose tree points at a node that does not exist loads in Treelite, and GTIL
+    would crash the first prediction that reaches it: `validate` refuses it (the damage is made
+    with Treelite's own field accessors)."""
+    import treelite.sklearn
+    from sklearn.ensemble import RandomForestClassifier
+
+    repo = tmp_path / "models"
+    X, y, _ = fil_models._data(9, classes=3, missing=False)
+    forest = treelite.sklearn.import_model(RandomForestClassifier(n_estimators=3, max_depth=4, random_state=0).fit(X, y))
+    tree = forest.get_tree_accessor(1)
+    left = tree.get_field("cleft").copy()
+    left[0] = 100_000
+    tree.set_field("cleft", left)
+    target = fil_models.write_model(repo, "m", "checkpoint.tl", {"model_type": "treelite_checkpoint",
+                                    "is_classifier": "true", "predict_proba": "true", "threshold": "0.5"}, out_dims=[3])
+    target.parent.mkdir(parents=True)
+    forest.serialize(str(target))
+    error = failure(repo)
+    assert error.message == f"model file '{target}' is damaged: tree 1: a child node is out of range"
+    assert "would crash the server" in error.detail
+
+
+@pytest.mark.parametrize("behaviour, words", [
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "Treelite crashed (SIGSEGV) while reading model file"),
+    ("import time; time.sleep(30)", "Treelite did not finish reading model file"),
+])
+def test_the_probe_process_reports_a_crash_or_a_hang(monkeypatch, tmp_path, behaviour, words):
+    """The compiler reads model files in a child process (probe.py). Here that child really
+    crashes or hangs (a module standing in for a damaged file's effect on Treelite, since no
+    file is known to crash every Treelite version): the parent reports it as the model's error."""
+    from handlers.backends.fil import probe
+
+    (tmp_path / "bad_probe.py").write_text(behaviour + "\n")
+    monkeypatch.setattr(probe, "PROBE_MODULE", "bad_probe")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with pytest.raises(FilModelError) as info:
+        probe.probe({"name": "m"}, tmp_path / "model.txt", timeout=5)
+    assert words in info.value.message
+    assert info.value.file == str(tmp_path / "model.txt")

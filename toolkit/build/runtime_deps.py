@@ -67,8 +67,10 @@ ONNXRUNTIME_CPU = RuntimeRequirement("onnxruntime>=1.18", ("onnxruntime",), no_d
 # The fil backend (handlers/backends/fil) runs libtreelite through its C API and never imports
 # the treelite package, whose scipy (113 MB) serves sparse input only: installed alone, the wheel
 # adds 3 MB (docs/fil.md). The same library on CPU and GPU images (FIL predicts on CPU here).
-# manylinux_2_28 wheels from 4.8; 4.7 is the last manylinux2014 one (Lambda's Python 3.11 base).
-TREELITE = RuntimeRequirement("treelite>=4.3,<5", ("treelite",), no_deps=True)
+# 4.7 is the first to read XGBoost 3's JSON/UBJSON models as they are (4.3-4.4 refuse their
+# new `cats` field) and the last with manylinux2014 wheels (Lambda's Python 3.11 base, glibc
+# 2.26); newer bases get 4.8's manylinux_2_28 wheels.
+TREELITE = RuntimeRequirement("treelite>=4.7,<5", ("treelite",), no_deps=True)
 
 # GPU metrics (handlers.metrics reads GPU utilisation through NVML when it is importable).
 NVML = RuntimeRequirement("nvidia-ml-py>=12.535", ("pynvml",))

@@ -2,7 +2,8 @@
 loads one (its parameters, the model file of each version, Treelite's loading), plus what it
 leaves to fail on every request (tensor names, data types, feature and value counts; see
 handlers/backends/fil/tensors.py). The rules live in handlers/backends/fil; this module runs them
-on a model directory and turns their errors into ModelErrors with the config line.
+on a model directory (each model file loaded in a child process: handlers/backends/fil/probe.py)
+and turns their errors into ModelErrors with the config line.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from handlers.backends.fil.errors import FilModelError
-from handlers.backends.fil.model import load_model, model_path
+from handlers.backends.fil.model import model_path
 from handlers.backends.fil.parameters import FilParameters, parse_parameters
+from handlers.backends.fil.probe import probe
 from handlers.backends.fil.tensors import tensor_layout
 
 from .discover import ModelDirectory
@@ -55,7 +57,7 @@ def check_model(model: ModelDirectory, config: Message, params: FilParameters, v
     for version in versions:
         path = model_path(model.version_path(version), config.default_model_filename, params.model_type)
         try:
-            load_model(path, data, params, layout).close()
+            probe(data, path)  # Treelite reads the file in a process of its own (probe.py)
         except FilModelError as exc:
             raise _model_error(exc) from None
         files[version] = path.relative_to(model.path).as_posix()

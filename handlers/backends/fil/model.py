@@ -152,6 +152,25 @@ class FilModel:
                 detail=f"set its dims to {choices} (tritonserver would write past the output or leave it partly unset)",
             )
 
+    def verify(self, path: Path) -> None:
+        """The model's trees are sound (Treelite checks none of it when it loads a checkpoint)
+        and it predicts rows of zeros, missing values and random values: the compile-time check
+        (probe.py), run where a crash takes down only the checking process."""
+        try:
+            self.forest.check_structure()
+            rng = np.random.default_rng(0)
+            features = self.forest.num_feature
+            rows = np.concatenate([np.zeros((1, features)), np.full((1, features), np.nan),
+                                   rng.standard_normal((6, features)) * 10.0]).astype(np.float32)
+            self.predict(rows, 1)
+        except TreeliteError as exc:
+            raise FilModelError(
+                f"model file '{path}' is damaged: {exc}",
+                code=CODE_UNKNOWN,
+                file=str(path),
+                detail="Treelite loads it; a prediction reaching the damage would crash the server (tritonserver too)",
+            ) from None
+
     def check_rows(self, rows: np.ndarray) -> None:
         if rows.ndim != 2 or rows.shape[1] != self.forest.num_feature:
             got = rows.shape[1] if rows.ndim == 2 else f"shape {list(rows.shape)}"

@@ -41,7 +41,7 @@ LOADERS = {
 TASK_TYPES = {0: "binary classifier", 1: "regressor", 2: "multiclass classifier", 3: "ranker", 4: "isolation forest"}
 MULTICLASS = 2
 
-_NUMPY_FORMATS = {b"=l": np.int32, b"=Q": np.uint64, b"=L": np.uint32, b"=B": np.uint8, b"=f": np.float32, b"=d": np.float64}
+_NUMPY_FORMATS = {b"=b": np.int8, b"=l": np.int32, b"=Q": np.uint64, b"=L": np.uint32, b"=B": np.uint8, b"=f": np.float32, b"=d": np.float64}
 _DTYPES = {"float32": np.float32, "float64": np.float64}
 # "[13:51:38] /project/src/model_loader/lightgbm.cc:282: " before Treelite's own words
 _LOG_PREFIX = re.compile(r"^\[\d\d:\d\d:\d\d\] [^:\s]+:\d+: ")
@@ -191,6 +191,55 @@ class Forest:
         if dtype is None:  # char array: a string field
             return raw.decode("utf-8")
         return np.frombuffer(raw, dtype=dtype).copy()
+
+    def tree_field(self, tree: int, name: str) -> np.ndarray:
+        frame = _Frame()
+        _check(self._lib, self._lib.TreeliteGetTreeField(self._handle, ctypes.c_uint64(tree), name.encode(),
+                                                          ctypes.byref(frame)))
+        raw = ctypes.string_at(frame.buf, frame.itemsize * frame.nitem) if frame.buf else b""
+        return np.frombuffer(raw, dtype=_NUMPY_FORMATS.get(frame.format, np.uint8))
+
+    def check_structure(self) -> None:
+        """What GTIL relies on and nothing checks when a model loads: children and split features
+        in range, every node reached once (no cycles), leaf vectors and category lists inside
+        their arrays, per-tree class and target ids in range. A damaged Treelite checkpoint loads
+        and then crashes the first prediction that walks into the damage; TreeliteError here."""
+        num_target, num_class = self.num_target, self.num_class
+        max_class = max(num_class) if num_class else 0
+        if num_target < 1 or len(num_class) != num_target or min(num_class) < 1 or len(self.leaf_vector_shape) != 2:
+            raise TreeliteError(f"inconsistent model header (num_target {num_target}, num_class {num_class})")
+        if len(self.header("base_scores")) != num_target * max_class:
+            raise TreeliteError("inconsistent model header (base_scores)")
+        targets, classes = self.header("target_id"), self.header("class_id")
+        if len(targets) != self.num_tree or len(classes) != self.num_tree:
+            raise TreeliteError("inconsistent model header (target_id / class_id per tree)")
+        if ((targets < -1) | (targets >= num_target)).any() or ((classes < -1) | (classes >= max_class)).any():
+            raise TreeliteError("a tree's target_id or class_id is out of range")
+        leaf_size = self.leaf_vector_shape[0] * self.leaf_vector_shape[1]
+        for tree in range(self.num_tree):
+            n = int(self.tree_field(tree, "num_nodes")[0])
+            f = {name: self.tree_field(tree, name) for name in (
+                "cleft", "cright", "split_index", "node_type", "default_left", "leaf_value", "threshold", "cmp",
+                "leaf_vector_begin", "leaf_vector_end", "category_list_begin", "category_list_end",
+                "category_list_right_child")}
+            if n < 1 or any(len(a) != n for a in f.values()):
+                raise TreeliteError(f"tree {tree}: node arrays do not match its {n} nodes")
+            left, right, split = f["cleft"], f["cright"], f["split_index"]
+            inner = left != -1
+            children = np.concatenate([left[inner], right[inner]])
+            if ((children < 1) | (children >= n)).any():
+                raise TreeliteError(f"tree {tree}: a child node is out of range")
+            if ((split[inner] < 0) | (split[inner] >= self.num_feature)).any():
+                raise TreeliteError(f"tree {tree}: a split uses a feature beyond the model's {self.num_feature}")
+            if (np.bincount(children, minlength=n) > 1).any():
+                raise TreeliteError(f"tree {tree}: a node is reached twice (the tree has a cycle)")
+            for field in ("leaf_vector", "category_list"):
+                begins, ends = f[f"{field}_begin"], f[f"{field}_end"]
+                if ((begins > ends) | (ends > len(self.tree_field(tree, field)))).any():
+                    raise TreeliteError(f"tree {tree}: a {field} range is out of bounds")
+            lengths = (f["leaf_vector_end"] - f["leaf_vector_begin"])[~inner]
+            if ((lengths != 0) & (lengths != leaf_size)).any():
+                raise TreeliteError(f"tree {tree}: a leaf vector does not have {leaf_size} values")
 
     @property
     def postprocessor(self) -> str:
