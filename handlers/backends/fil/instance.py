@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-import numpy as np
 
 from ...batching.merge import batch_sizes, merge_inputs, requested_output_names, split_outputs
 from ...errors import internal, invalid_argument

@@ -12,7 +12,7 @@ FIL's shared state (fil_backend src/shared_state.h) reads each parameter with RA
 
 Both generations of FIL's parameters are read: `is_classifier` (FIL 25.09 on) and the
 deprecated `output_class` (tritonserver 2.51's FIL, r24.10), which wins when it is `true` or
-`false` (as in FIL's own code), with FIL's deprecation note. The GPU-only tuning parameters are
+`false` (as in FIL's own code), with a note. The GPU-only tuning parameters are
 accepted and do nothing here (this backend runs on CPU); each one set is reported in a note, with
 what tritonserver would say about its value on a GPU.
 """
