@@ -270,6 +270,21 @@ class PodmanBuilder(DockerBuilder):
         )
 
 
+_SIZE_UNITS = {"b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4}
+
+
+def _buildah_size(value: object) -> int:
+    """`buildah images --json` size: bytes, or (buildah 1.28, Debian 12) go-units' decimal text
+    such as "310 MB" (to 3 significant digits)."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    number, _, unit = str(value or "0").strip().partition(" ")
+    try:
+        return int(float(number) * _SIZE_UNITS.get(unit.lower() or "b", 1))
+    except ValueError:
+        return 0
+
+
 class BuildahBuilder(PodmanBuilder):
     name = "buildah"
     can_run = False
@@ -288,7 +303,7 @@ class BuildahBuilder(PodmanBuilder):
         if result.returncode != 0:
             raise BuildError(f"buildah images {reference} failed", detail=result.stderr[-2000:])
         data = json.loads(result.stdout)[0]
-        return ImageInfo(reference, data.get("id", ""), int(data.get("size") or 0))
+        return ImageInfo(reference, data.get("id", ""), _buildah_size(data.get("size")))
 
     def probe(self, image: str, script: str, platform: str) -> str:
         made = _run([self.executable, "from", "--platform", platform, image], self.env, timeout=600)
