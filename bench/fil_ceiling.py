@@ -4,8 +4,8 @@
     .venv/bin/python bench/fil_ceiling.py --framework lightgbm --instances 2
 
 A tree model trained here (XGBoost JSON or LightGBM text; --trees, --features) is served by
-`toolkit serve` (max_batch_size 1024, dynamic batching, --instances KIND_CPU instances, FIL's
-default threads: the container's CPUs shared among instances, handlers/backends/fil/threads.py).
+`toolkit serve` (max_batch_size 1024, dynamic batching, --instances KIND_CPU instances, threads
+from the CPU budget: the container's CPUs shared among instances, handlers/cpu_budget.py).
 perf_analyzer 2.51 sends requests of --rows rows each (perf_analyzer -b, as FIL's own
 qa/run_benchmarks.sh does; default 1 and 16) at concurrency --concurrency; the server executes
 batches of some average size B rows (its statistics). The ceiling is the same model predicting
@@ -112,17 +112,21 @@ def serve(repo: Path, log: Path) -> tuple[subprocess.Popen, str]:
 def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     """Rows per second of `instances` threads each predicting batches of `batch` rows with its own
     copy of the model, as the runtime's instances do."""
+    from handlers import cpu_budget
+    from handlers.backends.fil.instance import prediction_threads
     from handlers.backends.fil.model import load_model
     from handlers.backends.fil.parameters import parse_parameters
     from handlers.backends.fil.tensors import tensor_layout
-    from handlers.backends.fil.threads import instance_threads
+    from handlers.instance_group import instance_slots
     from toolkit.repository.compile import compile_repository
 
     compiled = compile_repository(repo).models[MODEL]
     config = compiled.config
     params = parse_parameters(config)
     layout = tensor_layout(config)
-    threads = instance_threads(params.cpu_nthread, instances)
+    # the runtime's threads: the CPU budget's share of the first instance (they are equal or 1 apart)
+    plan = cpu_budget.plan([compiled], cpu_budget.available_cpus())
+    threads = prediction_threads(params.cpu_nthread, plan.threads_for(MODEL, instance_slots(config)[0]))
     path = compiled.path / compiled.model_files[1]
     models = [load_model(path, config, params, layout) for _ in range(instances)]
     rows = np.random.default_rng(1).standard_normal((batch, layout.features)).astype(np.float32)

@@ -19,7 +19,7 @@ import fil_models
 from handlers.backends.fil.errors import FilModelError
 from handlers.backends.fil.instance import FilInstance
 from handlers.backends.fil.parameters import parse_parameters
-from handlers.backends.fil import tensors, threads
+from handlers.backends.fil import tensors
 from handlers.batching import DynamicBatcher
 from handlers.errors import InferenceError
 from handlers.inference import InferRequest, InferResponse
@@ -373,18 +373,25 @@ def test_real_batcher_under_concurrent_load(trained):
 # -- threads and image contents ---------------------------------------------------------------------
 
 
-def test_threads_share_the_containers_cpus(monkeypatch, tmp_path):
-    quota = tmp_path / "cpu.max"
-    quota.write_text("150000 100000\n")  # docker --cpus 1.5
-    monkeypatch.setattr(threads, "CGROUP_CPU_MAX", quota)
-    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda _pid: set(range(8)))
-    assert threads.container_cpus() == 2
-    assert threads.instance_threads(-1, 1) == 2
-    assert threads.instance_threads(-1, 4) == 1
-    assert threads.instance_threads(6, 4) == 6  # cpu_nthread wins
-    quota.write_text("max 100000\n")
-    assert threads.container_cpus() == 8
-    assert threads.instance_threads(-1, 2) == 4
+def test_threads_come_from_the_cpu_budget_unless_cpu_nthread_sets_them(trained, tmp_path):
+    """The container's CPUs are shared by the instances (handlers/cpu_budget.py); FIL's
+    cpu_nthread is an explicit count the budget sets aside first."""
+    from handlers import backends, cpu_budget
+    from handlers.backends.fil.instance import prediction_threads
+
+    repo = one_model(trained, tmp_path, "lgb_multiclass", "shared")  # 2 instances
+    shutil.copytree(trained[0] / "xgb_regressor", repo / "fixed")
+    edit(repo, "parameters [\n", 'parameters [\n  { key: "cpu_nthread" value: { string_value: "3" } },\n', name="fixed")
+    compiled = compile_repository(repo)
+    assert compiled.ok, compiled.failure_lines()
+    assert backends.backend_module("fil").explicit_threads(compiled.models["fixed"].config) == 3
+    assert backends.backend_module("fil").explicit_threads(compiled.models["shared"].config) is None
+    plan = cpu_budget.plan(compiled.models.values(), cpu_budget.for_target(8, "8 CPUs"))
+    threads = {(s.model, s.instance): (s.threads, s.source) for s in plan.shares}
+    # 8 CPUs: 3 set aside for cpu_nthread, the other 5 shared by the 2 budgeted instances
+    assert threads == {("fixed", "fixed_0"): (3, "explicit"), ("shared", "shared_0_0"): (3, "budget"),
+                       ("shared", "shared_0_1"): (2, "budget")}
+    assert prediction_threads(-1, 2) == 2 and prediction_threads(4, 2) == 4 and prediction_threads(-1, None) == -1
 
 
 def test_treelite_floor_is_the_same_in_images_and_the_fil_extra():

@@ -20,6 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from handlers.backends.python import AUTO, IN_PROCESS, PROCESS
+
 from ..repository.compile import CompiledRepository
 from .builders import Layer
 from .targets import Target
@@ -58,6 +60,7 @@ class ModelEntry:
     max_batch_size: int
     instances: int
     dynamic_batching: bool
+    cpu_threads: str = ""  # threads per instance on the target's CPUs (the runtime's CPU budget)
 
 
 @dataclass
@@ -65,6 +68,7 @@ class ColdStart:
     seconds: float
     measured: bool
     how: str
+    init_seconds: float | None = None  # Lambda: the init phase alone (AWS's RIE, INIT REPORT)
 
 
 @dataclass
@@ -90,9 +94,12 @@ class BuildReport:
     wheelhouse_bytes: int = 0
     cuda: dict[str, Any] | None = None
     cold_start: ColdStart | None = None
+    cpu_budget: dict[str, Any] | None = None  # the runtime's thread plan on the target's default CPUs
     pushed: str | None = None
     manifests: list[str] = field(default_factory=list)  # deployment manifests (IaC) written beside the image
     build_seconds: float | None = None
+    # TOOLKIT_PYTHON_INSTANCE_MODE baked into the image: where python models' instances run
+    python_instance_mode: str | None = None
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -122,6 +129,10 @@ class BuildReport:
         if self.cold_start:
             kind = "measured" if self.cold_start.measured else "estimated"
             rows.append(("cold start", f"{self.cold_start.seconds:.1f} s {kind} ({self.cold_start.how})"))
+        if self.python_instance_mode and any(m.backend == "python" for m in self.models):
+            rows.append(("python instances", python_instances_text(self.python_instance_mode)))
+        if self.cpu_budget:
+            rows.append(("CPU budget", self.cpu_budget["summary"].removeprefix("CPU budget: ")))
         if self.build_seconds is not None:
             rows.append(("build time", f"{self.build_seconds:.1f} s"))
         for key, value in rows:
@@ -129,12 +140,12 @@ class BuildReport:
         console.print(summary)
 
         models = Table(title="models")
-        for column in ("model", "backend", "versions", "size", "max batch", "instances", "dynamic batching"):
+        for column in ("model", "backend", "versions", "size", "max batch", "instances", "threads", "dynamic batching"):
             models.add_column(column)
         for m in self.models:
             models.add_row(
                 m.name, m.backend, ",".join(map(str, m.versions)), human_bytes(m.bytes), str(m.max_batch_size),
-                str(m.instances), "yes" if m.dynamic_batching else "no",
+                str(m.instances), m.cpu_threads or "-", "yes" if m.dynamic_batching else "no",
             )
         console.print(models)
 
@@ -152,6 +163,16 @@ class BuildReport:
         for name, version in self.python_deps.items():
             deps.add_row(name, version)
         console.print(deps)
+
+
+def python_instances_text(mode: str) -> str:
+    """Where python models' instances run in the image, for the report."""
+    where = {
+        PROCESS: "each in a model process of its own: a model that crashes fails only its own requests",
+        AUTO: "in the serving process when a model has one instance (faster cold start), else in model processes",
+        IN_PROCESS: "in the serving process",
+    }.get(mode, mode)
+    return f"{where} (TOOLKIT_PYTHON_INSTANCE_MODE={mode})"
 
 
 def _short(created_by: str, width: int = 100) -> str:

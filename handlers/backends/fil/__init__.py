@@ -7,8 +7,8 @@ predictor, so results are FIL's on CPU and the frameworks' own (docs/fil.md):
 - tensors.py: `input__0` / `output__0`, what the config must declare, the response's shape;
 - model.py: the model file (per `model_type`), its loading, the checks against the config,
   FIL's classifier / probability outputs;
-- treelite.py: libtreelite's C API; threads.py: the threads an instance predicts with;
-- instance.py: the instance the batcher runs.
+- treelite.py: libtreelite's C API; probe.py: the compile-time load, in a child process;
+- instance.py: the instance the batcher runs, and the threads it predicts with.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ def create_instance(spec: Any, version: int, slot: Any) -> Any:
     """One instance (the backend contract, handlers/backends/__init__.py)."""
     from .instance import FilInstance
 
-    return FilInstance(spec, version, slot.name, slot.kind, slot.device_id)
+    return FilInstance(spec, version, slot.name, slot.kind, slot.device_id, getattr(slot, "threads", None))
 
 
-__all__ = ["FilModelError", "create_instance"]
+def explicit_threads(config: dict) -> int | None:
+    """The CPU budget's hook (handlers/cpu_budget.py): FIL's `cpu_nthread` when it is positive."""
+    from .parameters import configured_threads
+
+    return configured_threads(config)
+
+
+__all__ = ["FilModelError", "create_instance", "explicit_threads"]

@@ -8,23 +8,31 @@ import time
 from ...batching.merge import batch_sizes, merge_inputs, requested_output_names, split_outputs
 from ...errors import internal, invalid_argument
 from ...inference import InferOutcome, InferRequest, InferResponse
-from ...instance_group import instance_slots
 from ...manifest import ModelSpec
 from .errors import FilModelError
 from .model import FilModel, load_model
 from .parameters import parse_parameters
 from .tensors import INPUT, OUTPUT, tensor_layout
-from .threads import instance_threads
 from .treelite import TreeliteError
 
 log = logging.getLogger("handlers.fil")
 
 
+def prediction_threads(cpu_nthread: int, budget: int | None) -> int:
+    """The threads an instance predicts with: FIL's `cpu_nthread` when it is positive, else the
+    instance's share of the container's CPUs (handlers/cpu_budget.py), else (an instance made
+    outside a ModelRepository, no plan) Treelite's default, -1: OpenMP's all cores, as FIL."""
+    if cpu_nthread > 0:
+        return cpu_nthread
+    return budget if budget is not None else -1
+
+
 class FilInstance:
     """One instance of a fil model. Treelite releases the GIL while it predicts, so instances
-    run in parallel; each uses `threads` CPU threads (threads.py)."""
+    run in parallel; each uses `threads` CPU threads (prediction_threads)."""
 
-    def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> None:
+    def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
+                 threads: int | None = None) -> None:
         self.name = name
         self.kind = kind
         self.device_id = device_id
@@ -36,11 +44,11 @@ class FilInstance:
         layout = tensor_layout(config)
         self.model: FilModel = load_model(spec.model_files[version], config, params, layout)
         self.load_seconds = time.perf_counter() - started
-        self.threads = instance_threads(params.cpu_nthread, len(instance_slots(config)))
+        self.threads = prediction_threads(params.cpu_nthread, threads)
         self.batching = spec.max_batch_size > 0
         self._output_names = [io["name"] for io in config.get("output", [])]
         log.info(
-            "model '%s' version %d instance %s: %s, %d trees, %d features (%s, %s), %d thread(s)%s",
+            "model '%s' version %d instance %s: %s, %d trees, %d features (%s, %s), threads %d%s",
             spec.name, version, name, self.model.kind, self.model.forest.num_tree, self.model.forest.num_feature,
             params.model_type, self.model.forest.postprocessor, self.threads,
             " on CPU (the fil backend predicts with Treelite)" if kind == "KIND_GPU" else "",

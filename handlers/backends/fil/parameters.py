@@ -106,6 +106,12 @@ def _read(parameters: Mapping[str, Any], name: str, kind: type, default: Any = _
     return value
 
 
+def configured_threads(config: Mapping[str, Any]) -> int | None:
+    """`cpu_nthread` when it sets a count (positive); None for FIL's default (-1, "all cores")."""
+    threads = _read(config.get("parameters") or {}, "cpu_nthread", int, -1)
+    return threads if threads > 0 else None
+
+
 def parse_parameters(config: Mapping[str, Any]) -> FilParameters:
     """The model's FIL parameters, in the order FIL reads them (so the first error is FIL's)."""
     parameters: Mapping[str, Any] = config.get("parameters") or {}

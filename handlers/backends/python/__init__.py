@@ -33,7 +33,9 @@ class PythonModelLoadError(Exception):
 
 def configured_mode(spec: Any) -> str:
     """TOOLKIT_PYTHON_INSTANCE_MODE from the model's config parameters, else the environment,
-    else `auto`."""
+    else `auto`. The product's entry points set the environment: `toolkit build` bakes the
+    target's mode into the image (Cloud Run, Knative: `process`; Lambda: `auto`) and `toolkit
+    serve` uses `process`; `auto` is left for the runtime used as a library."""
     parameter = spec.config.get("parameters", {}).get(INSTANCE_MODE_ENV)
     if isinstance(parameter, dict):
         parameter = parameter.get("string_value")
@@ -95,11 +97,14 @@ def _claim(spec: Any, version: int, force: bool) -> bool:
 def instance_mode(spec: Any, version: int) -> str:
     """Where this model version's instances run.
 
-    `process`: each instance in a model process of its own (Triton's layout). `inprocess`: inside
-    the serving process. `auto` (default): in-process when the version has exactly one instance
-    and its helper modules do not clash with another in-process model's, else processes: one
-    instance gains nothing from a process of its own but pays its start (docs/python-backend.md
-    has the measurements), while `count > 1` needs processes for parallel Python code.
+    `process`: each instance in a model process of its own (Triton's layout): a model that
+    crashes (`os._exit`, a segfault in an extension) fails only its own batch, and its process is
+    started again for the next one. `inprocess`: inside the serving process. `auto`: in-process
+    when the version has exactly one instance and its helper modules do not clash with another
+    in-process model's, else processes: one instance saves the process start (cold start;
+    docs/python-backend.md has the measurements), while `count > 1` needs processes for parallel
+    Python code. In-process, a crash takes the whole server down with every request in flight,
+    hence `auto` only where a server has one request at a time (AWS Lambda).
     """
     mode = configured_mode(spec)
     if mode == PROCESS:
@@ -116,11 +121,21 @@ def instance_mode(spec: Any, version: int) -> str:
 
 def create_instance(spec: Any, version: int, slot: Any) -> Any:
     """One instance of a Python model (the backend contract, handlers/backends/__init__.py)."""
-    return new_instance(spec, version, slot.name, slot.kind, slot.device_id)
+    return new_instance(spec, version, slot.name, slot.kind, slot.device_id, getattr(slot, "threads", None))
 
 
-def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> Any:
-    """One instance of a Python model, named `name`, on `kind` / `device_id`."""
+def explicit_threads(config: Any) -> int | None:
+    """The CPU budget's hook (handlers/cpu_budget.py): a model process's numeric libraries use
+    OMP_NUM_THREADS when the serving environment sets it."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
+                 threads: int | None = None) -> Any:
+    """One instance of a Python model, named `name`, on `kind` / `device_id`. `threads`: its CPU
+    budget, given to a model process as OMP_NUM_THREADS and friends (handlers/cpu_budget.py); an
+    in-process instance shares the serving process's environment and gets none."""
     policy = spec.config.get("model_transaction_policy") or {}
     if policy.get("decoupled"):
         raise PythonModelLoadError(
@@ -138,7 +153,7 @@ def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", dev
     from .process_instance import ModelProcessError, ProcessInstance
 
     try:
-        return ProcessInstance(spec, version, name, kind, device_id)
+        return ProcessInstance(spec, version, name, kind, device_id, threads=threads)
     except ModelProcessError as exc:
         raise PythonModelLoadError(str(exc)) from None
 
