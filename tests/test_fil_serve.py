@@ -142,3 +142,17 @@ def test_perf_analyzer_drives_a_fil_model_and_validates_its_outputs(server, mode
     after = _stats(server.http, "xgb_binary_threshold")
     assert after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"]
     assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] >= sum(measured)
+
+
+def test_grpc_clients_get_the_same_predictions(server, models):
+    """tritonclient.grpc against the same server's gRPC port (Triton's inference.GRPCInferenceService)."""
+    import tritonclient.grpc as grpcclient
+
+    _, cases = models
+    client = grpcclient.InferenceServerClient(server.grpc)
+    for name in ("xgb_binary_pair", "lgb_regressor", "sk_forest"):
+        case = cases[name]
+        source = grpcclient.InferInput("input__0", list(case.rows.shape), "FP32")
+        source.set_data_from_numpy(case.rows)
+        got = client.infer(name, [source]).as_numpy("output__0")
+        fil_models.assert_matches(name, got, case.expected)
