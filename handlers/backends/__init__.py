@@ -20,6 +20,7 @@ from types import ModuleType
 BACKEND_MODULES: dict[str, str] = {
     "fil": "handlers.backends.fil",
     "onnxruntime": "handlers.backends.onnxruntime",
+    "openvino": "handlers.backends.openvino",
     "python": "handlers.backends.python",
 }
 
