@@ -42,7 +42,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
-import perf_analyzer  # noqa: E402
+import perf_analyzer
 
 MODEL = "trees"
 CONFIG = """backend: "fil"

@@ -18,13 +18,13 @@ lightgbm's Booster.predict. Needs the dev extra (xgboost-cpu, lightgbm, treelite
 from __future__ import annotations
 
 import argparse
-import importlib.metadata as metadata
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np

@@ -11,15 +11,15 @@ import shutil
 import threading
 from pathlib import Path
 
+import fil_models
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import fil_models
+from handlers.backends.fil import tensors
 from handlers.backends.fil.errors import FilModelError
 from handlers.backends.fil.instance import FilInstance
 from handlers.backends.fil.parameters import parse_parameters
-from handlers.backends.fil import tensors
 from handlers.batching import DynamicBatcher
 from handlers.errors import InferenceError
 from handlers.inference import InferRequest, InferResponse
@@ -407,7 +407,7 @@ def test_images_of_fil_repositories_carry_treelite_alone():
     fil = runtime_requirements(server=True, aws_lambda=False, runtime_client=False, gpu_cuda=None, backends={"fil"})
     names = [r.name for r in [*fil.resolved, *fil.no_deps]]
     assert [r.name for r in fil.no_deps] == ["treelite"] and fil.no_deps[0].no_deps  # without scipy
-    assert not any(n.startswith(("nvidia", "scipy", "xgboost", "lightgbm", "onnxruntime")) for n in names)
+    assert not any(n.startswith(("nvidia", "scipy", "xgboost", "lightgbm", "onnxruntime", "openvino")) for n in names)
     onnx = runtime_requirements(server=True, aws_lambda=False, runtime_client=False, gpu_cuda=None)
     assert "treelite" not in [r.name for r in onnx.no_deps]
 

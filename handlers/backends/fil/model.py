@@ -53,7 +53,7 @@ def sniff(path: Path) -> str | None:
             return "xgboost_json"
         if head[1:2] and head[1:2] in _UBJSON_MARKERS:
             return "xgboost_ubj"
-    if text.startswith(b"tree\n") or text.startswith(b"tree\r\n"):
+    if text.startswith((b"tree\n", b"tree\r\n")):
         return "lightgbm"
     if len(head) >= 12:
         major, minor, _patch = np.frombuffer(head[:12], dtype="<i4")

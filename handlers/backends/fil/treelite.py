@@ -13,6 +13,7 @@ ctypes releases the GIL for the length of every call, so instances predict in pa
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import json
@@ -156,7 +157,7 @@ class Forest:
         self.leaf_vector_shape = [int(d) for d in self.header("leaf_vector_shape")]
 
     @classmethod
-    def load(cls, path: Path | str, model_type: str, *, allow_unknown_field: bool = False) -> "Forest":
+    def load(cls, path: Path | str, model_type: str, *, allow_unknown_field: bool = False) -> Forest:
         """Load `path` with the Treelite loader of FIL's `model_type`."""
         lib = library()
         loader = LOADERS[model_type]
@@ -303,7 +304,5 @@ class Forest:
         self._lib.TreeliteFreeModel(handle)
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # interpreter shutdown
             self.close()
-        except Exception:  # interpreter shutdown
-            pass
