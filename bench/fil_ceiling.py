@@ -93,7 +93,7 @@ def serve(repo: Path, log: Path) -> tuple[subprocess.Popen, str]:
     with open(log, "w") as handle:
         process = subprocess.Popen(
             [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-             "--log-level", "warning"], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+             "--grpc-port", "0", "--metrics-port", "0", "--log-level", "warning"], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
         )
     deadline = time.monotonic() + 120
     while True:
