@@ -84,6 +84,14 @@ LAMBDA_RUNTIME_CLIENT = RuntimeRequirement("awslambdaric>=2.2", ("awslambdaric",
 
 ONNXRUNTIME_CPU = RuntimeRequirement("onnxruntime>=1.18", ("onnxruntime",), no_deps=True)
 
+# The fil backend (handlers/backends/fil) runs libtreelite through its C API and never imports
+# the treelite package, whose scipy (113 MB) serves sparse input only: installed alone, the wheel
+# adds 3 MB (docs/fil.md). The same library on CPU and GPU images (FIL predicts on CPU here).
+# 4.7 is the first to read XGBoost 3's JSON/UBJSON models as they are (4.3-4.4 refuse their
+# new `cats` field) and the last with manylinux2014 wheels (Lambda's Python 3.11 base, glibc
+# 2.26); newer bases get 4.8's manylinux_2_28 wheels.
+TREELITE = RuntimeRequirement("treelite>=4.7,<5", ("treelite",), no_deps=True)
+
 # ONNX Runtime with OpenVINO's execution provider, for onnxruntime models that ask for
 # `cpu_execution_accelerator: [{ name: "openvino" }]`: it replaces `onnxruntime` in the image (the
 # same module, never both). 1.24.1 is the newest release (OpenVINO 2025.4.1 inside); its wheel
@@ -271,6 +279,7 @@ def check_wheels_exist(backends: Iterable[str], arch: str, python: str, glibc: t
 BACKEND_RUNTIME: dict[str, Callable[[CudaLine | None], tuple[RuntimeRequirement, ...]]] = {
     "onnxruntime": _onnxruntime,
     "python": _onnxruntime,
+    "fil": lambda _cuda: (TREELITE,),
     "openvino": lambda cuda: (OPENVINO,),
     # onnxruntime models with the OpenVINO execution accelerator (runtime_backends)
     ONNXRUNTIME_OPENVINO_KEY: lambda cuda: (ONNXRUNTIME_OPENVINO,),
@@ -321,5 +330,5 @@ def runtime_requirements(
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML, OPENVINO]
+    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML, TREELITE, OPENVINO]
     return frozenset(module for requirement in every for module in requirement.imports)

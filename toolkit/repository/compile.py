@@ -14,8 +14,8 @@ load stage (a failure makes the model UNAVAILABLE)
   4. NormalizeInstanceGroup / ValidateInstanceGroup for the *target* device
   5. the backend's model init: ONNX or python auto-complete (auto-complete enabled)
   6. Model::Init: ValidateModelIOConfig, label files
-  7. instances: the model file of each version, the onnxruntime and openvino backends' config-vs-model
-     checks (openvino_model.py)
+  7. instances: the model file of each version, the onnxruntime, fil and openvino backends'
+     config-vs-model checks (fil.py, openvino_model.py)
   8. warmup samples
   9. the product's own support checks (support.py): Triton's checks come first
 """
@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 from google.protobuf.message import Message
 
-from . import onnx_autocomplete
+from . import fil, onnx_autocomplete
 from .backend_fields import (
     ENSEMBLE_PLATFORM,
     ONNXRUNTIME_BACKEND,
@@ -330,6 +330,8 @@ def _load_backend_model(
         _check_python_source(model, model_files)
         if auto_complete:
             deferred = _python_auto_complete(model, config, versions, python_autocomplete)
+    elif backend == fil.FIL_BACKEND:
+        fil_parameters = fil.read_parameters(config, warnings)  # FIL's model initialisation
     elif backend == OPENVINO_BACKEND:
         from . import openvino_model
 
@@ -345,6 +347,8 @@ def _load_backend_model(
         validate_model_io_config(config)
         check_label_files(config, model.path)
 
+    if backend == fil.FIL_BACKEND:
+        model_files.update(fil.check_model(model, config, fil_parameters, versions, warnings))
     if servable and not model_files:
         find_files()  # the instances load the model file
     if backend == ONNXRUNTIME_BACKEND:
