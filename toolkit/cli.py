@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -99,9 +100,21 @@ def _error_lines(name: str, error) -> list[str]:
 def _print_error(name: str, error) -> None:
     label = "[yellow]unsupported:[/yellow]" if error.unsupported else "[red]error:[/red]"
     first, *rest = _error_lines(name, error)
-    err_console.print(f"{label} {first}", highlight=False, soft_wrap=True, markup=True)
+    err_console.print(f"{label} {escape(first)}", highlight=False, soft_wrap=True, markup=True)
     for line in rest:
         err_console.print(line, highlight=False, soft_wrap=True, markup=False, style="dim")
+
+
+def _backends_needed(result) -> dict[str, list[str]]:
+    """The backends the repository's valid models use -> the frameworks they put into an image
+    for the device (toolkit/build/runtime_deps.py)."""
+    from .build.runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, backend_requirements
+
+    cuda = CUDA_LINES[DEFAULT_CUDA_MAJOR] if result.device.kind == "gpu" else None
+    return {
+        backend: [r.spec for r in backend_requirements(backend, cuda) if r.imports]
+        for backend in sorted({m.backend for m in result.models.values()})
+    }
 
 
 def _model_json(result, name: str) -> dict:
@@ -152,6 +165,7 @@ def validate(
             "auto_complete": not strict,
             "ok": result.ok,
             "models": [_model_json(result, name) for name in sorted(result.selected)],
+            "backends": _backends_needed(result),
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         raise typer.Exit(0 if result.ok else 1)
@@ -174,10 +188,14 @@ def validate(
         else:
             table.add_row(name, "-", "-", "-", "-", status)
     console.print(table, crop=False)
+    needed = _backends_needed(result)
+    if needed:
+        listed = ", ".join(f"{b} ({', '.join(specs)})" if specs else b for b, specs in needed.items())
+        console.print(f"backends needed: {listed}", highlight=False, soft_wrap=True)
     for name in names:
         if name in result.models:
             for warning in result.models[name].warnings:
-                err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False, soft_wrap=True)
+                err_console.print(f"[yellow]warning:[/yellow] {name}: {escape(warning)}", highlight=False, soft_wrap=True)
     for name in names:
         if name in result.failures:
             _print_error(name, result.failures[name])
@@ -206,7 +224,7 @@ def config(
         raise typer.Exit(1)
     compiled = result.models[model_name]
     for warning in compiled.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {warning}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {escape(warning)}", highlight=False, soft_wrap=True)
     sys.stdout.write(json.dumps(compiled.config, indent=2) + "\n")
 
 
@@ -248,7 +266,7 @@ def serve(
         raise typer.Exit(1)
     for name, compiled in sorted(result.models.items()):
         for warning in compiled.warnings:
-            err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
+            err_console.print(f"[yellow]warning:[/yellow] {name}: {escape(warning)}", highlight=False)
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
     repository = ModelRepository(manifest)
     err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)

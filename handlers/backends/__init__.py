@@ -16,6 +16,7 @@ from types import ModuleType
 BACKEND_MODULES: dict[str, str] = {
     "onnxruntime": "handlers.backends.onnxruntime",
     "python": "handlers.backends.python",
+    "pytorch": "handlers.backends.pytorch",
 }
 
 

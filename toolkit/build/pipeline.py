@@ -34,7 +34,16 @@ from .base_image import (
 from .builders import Builder, check_platform_buildable, detect_builder, printable_command, wait_ready
 from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
 from .errors import BuildError, BuildOptionError
-from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
+from .footprint import backend_footprints
+from .report import (
+    BuildReport,
+    ColdStart,
+    add_ready_seconds,
+    backend_entries,
+    estimate_cold_start,
+    model_entries,
+    target_warnings,
+)
 from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_requirements
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
 from .wheelhouse import ModelRequirements, build_wheelhouse
@@ -203,9 +212,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
+def _metrics_text(url: str) -> str:
+    """The runtime's /metrics (each model's load and warmup seconds), or '' when it cannot be read."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> tuple[ColdStart, str]:
     """Start the image as Cloud Run would (read-only root, writable /tmp, non-root) and time it
-    until /v2/health/ready answers 200 (models loaded and warmed up)."""
+    until /v2/health/ready answers 200 (models loaded and warmed up). Returns the cold start and
+    the runtime's /metrics text read right after (each model's share)."""
     port = _free_port()
     ui.step(f"measuring cold start of {image}")
     start = time.monotonic()
@@ -216,7 +237,9 @@ def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
         ready = wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", READY_TIMEOUT_S, lambda: builder.running(container))
         if ready is None:
             raise BuildError(f"{image} did not become ready within {READY_TIMEOUT_S:.0f} s", detail=builder.logs(container)[-3000:])
-        return ColdStart(round(time.monotonic() - start, 2), True, "container start to /v2/health/ready, this host")
+        seconds = round(time.monotonic() - start, 2)
+        metrics = _metrics_text(f"http://127.0.0.1:{port}/metrics")
+        return ColdStart(seconds, True, "container start to /v2/health/ready, this host"), metrics
     finally:
         builder.remove_container(container)
 
@@ -225,7 +248,7 @@ def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
 LAMBDA_SANDBOX_USER = "993:990"
 
 
-def measure_lambda_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
+def measure_lambda_cold_start(builder: Builder, image: str, ui: BuildUI) -> tuple[ColdStart, str]:
     """Run the image as Lambda does (read-only root, writable /tmp, arbitrary non-root user) with a
     local Runtime API, and time it until it answers a Function URL event for /v2/health/ready."""
     from .lambda_emulator import RuntimeAPI, function_url_event
@@ -247,9 +270,21 @@ def measure_lambda_cold_start(builder: Builder, image: str, ui: BuildUI) -> Cold
             status = invocation.payload.get("statusCode") if isinstance(invocation.payload, dict) else None
             if invocation.outcome != "response" or status != 200:
                 raise BuildError(f"{image} answered /v2/health/ready with {invocation.payload!r}", detail=builder.logs(container)[-3000:])
+            metrics = ""
+            try:
+                answer = api.invoke(function_url_event("GET", "/metrics", {}, b"", "localhost"), 60, alive=lambda: builder.running(container))
+                if answer.outcome == "response" and isinstance(answer.payload, dict) and answer.payload.get("statusCode") == 200:
+                    body = answer.payload.get("body", "")
+                    if answer.payload.get("isBase64Encoded"):
+                        import base64
+
+                        body = base64.b64decode(body).decode("utf-8", "replace")
+                    metrics = body
+            except (RuntimeError, TimeoutError):
+                pass
         finally:
             builder.remove_container(container)
-    return ColdStart(round(seconds, 2), True, "container start to first response (init + invoke), local Runtime API")
+    return ColdStart(round(seconds, 2), True, "container start to first response (init + invoke), local Runtime API"), metrics
 
 
 def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
@@ -307,7 +342,8 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         name=name, tag=tag, target=target.name, platform=plan.platform, base_image=base.reference, python=base.python,
         device=device, context=str(context.directory), context_digest=context.digest,
         repository_digest=context.repository_digest, builder=builder.name if builder else "none", build_command=command,
-        models=models, python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
+        models=models, backends=backend_entries(compiled, backend_footprints(runtime, wheelhouse, base)),
+        python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
         warnings=target_warnings(target, compiled, gpu_models),
     )
     if runtime.cuda is not None:
@@ -351,10 +387,10 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     if options.measure_cold_start and not builder.can_run:
         ui.warn(f"{builder.name} cannot run the image: the cold start is estimated, not measured")
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
-    elif options.measure_cold_start and target.server:
-        report.cold_start = measure_cold_start(builder, reference, ui)
     elif options.measure_cold_start:
-        report.cold_start = measure_lambda_cold_start(builder, reference, ui)
+        measure = measure_cold_start if target.server else measure_lambda_cold_start
+        report.cold_start, metrics = measure(builder, reference, ui)
+        add_ready_seconds(report.backends, compiled, metrics)
     else:
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
     if report.errors:

@@ -12,9 +12,11 @@ ensemble dependencies (the repository manager's dependency graph): composing mod
 load stage (a failure makes the model UNAVAILABLE)
   3. version policy -> versions
   4. NormalizeInstanceGroup / ValidateInstanceGroup for the *target* device
-  5. the backend's model init: ONNX or python auto-complete (auto-complete enabled)
+  5. the backend's model init: ONNX or python auto-complete (auto-complete enabled), the pytorch
+     backend's parameters (it has no auto-complete)
   6. Model::Init: ValidateModelIOConfig, label files
-  7. instances: the model file of each version, the onnxruntime backend's config-vs-model checks
+  7. instances: the model file of each version, the onnxruntime and pytorch backends' config-vs-model
+     checks (onnx_autocomplete.py, torchscript.py)
   8. warmup samples
   9. the product's own support checks (support.py): Triton's checks come first
 """
@@ -30,8 +32,14 @@ from typing import Any, Iterable
 from google.protobuf.message import Message
 
 from .. import __version__
-from . import onnx_autocomplete
-from .backend_fields import ENSEMBLE_PLATFORM, ONNXRUNTIME_BACKEND, PYTHON_BACKEND, autocomplete_backend_fields
+from . import onnx_autocomplete, torchscript
+from .backend_fields import (
+    ENSEMBLE_PLATFORM,
+    ONNXRUNTIME_BACKEND,
+    PYTHON_BACKEND,
+    PYTORCH_BACKEND,
+    autocomplete_backend_fields,
+)
 from .discover import ModelDirectory, find_model_file, list_models, missing_specific_versions, select_versions
 from .ensemble import resolve_ensembles
 from .errors import (
@@ -374,6 +382,8 @@ def _load_backend_model(
         _check_python_source(model, model_files)
         if auto_complete:
             deferred = _python_auto_complete(model, config, versions, python_autocomplete)
+    elif backend == PYTORCH_BACKEND:
+        torchscript.check_parameters(to_triton_json(config))  # no auto-complete: the config stays as written
 
     # A model left for the image build: what depends on its completed inputs and outputs is
     # checked there (handlers/backends/python/complete.py), after auto_complete_config.
@@ -388,6 +398,8 @@ def _load_backend_model(
             read_signatures()
         for inputs, outputs in signatures.values():
             onnx_autocomplete.validate_against_model(config, inputs, outputs)
+    elif backend == PYTORCH_BACKEND:
+        torchscript.check_model(to_triton_json(config), {v: model.path / f for v, f in model_files.items()}, warnings)
 
     if deferred is None:
         validate_warmup(config, model.path, warnings)
