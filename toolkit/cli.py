@@ -333,14 +333,14 @@ def build(
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except BuildError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.detail and (quiet or not exc.streamed):
             err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     report = result.report
     report.render(console)
     for warning in report.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     err_console.print(f"report: {result.report_path}", highlight=False)
     if report.image is None:
         console.print("context written; build it with:", highlight=False)
