@@ -347,9 +347,10 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         warnings=target_warnings(target, compiled, gpu_models),
     )
     if runtime.cuda is not None:
+        frameworks = [r.spec for requirements in runtime.backends.values() for r in requirements if r.imports]
         report.cuda = {
             "major": runtime.cuda.cuda_major, "min_driver": runtime.cuda.min_driver,
-            "onnxruntime": runtime.cuda.onnxruntime.spec, "note": runtime.cuda.note,
+            "frameworks": list(dict.fromkeys(frameworks)), "note": runtime.cuda.note,
         }
     if deferred:
         report.warnings.append(

@@ -131,7 +131,7 @@ class BuildReport:
             ("wheelhouse", human_bytes(self.wheelhouse_bytes)),
         ]
         if self.cuda:
-            rows.append(("CUDA", f"{self.cuda['major']} ({self.cuda['onnxruntime']}), NVIDIA driver >= {self.cuda['min_driver']}"))
+            rows.append(("CUDA", f"{self.cuda['major']} ({', '.join(self.cuda['frameworks'])}), NVIDIA driver >= {self.cuda['min_driver']}"))
         if self.cold_start:
             kind = "measured" if self.cold_start.measured else "estimated"
             rows.append(("cold start", f"{self.cold_start.seconds:.1f} s {kind} ({self.cold_start.how})"))
