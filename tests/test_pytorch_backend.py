@@ -431,11 +431,28 @@ def test_without_torch_the_config_and_archive_are_checked_and_the_forward_is_lef
 # -- instances: devices, weight sharing -----------------------------------------------------------
 
 
-def test_kind_gpu_instances_need_cuda_and_kind_model_loads_where_the_model_says(repo):
+def test_kind_gpu_instances_need_cuda_and_kind_model_loads_where_the_model_says(repo, monkeypatch):
     add_sub_model(repo, "m", ["INPUT__0", "INPUT__1"], ["OUTPUT__0"])
     if not torch.cuda.is_available():
         with pytest.raises(ModelLoadError, match=r"has a KIND_GPU instance group but torch .* sees no CUDA device"):
             instance(repo, "m", InstanceSlot("m_0", "KIND_GPU", 0))
+        # As far as a CPU build goes: a KIND_GPU instance on device 1 loads with map_location cuda:1
+        # (which a CPU build of torch cannot do), and a device beyond the GPUs is refused.
+        with monkeypatch.context() as patched:
+            patched.setattr(torch.cuda, "is_available", lambda: True)
+            patched.setattr(torch.cuda, "device_count", lambda: 2)
+            assert placement(torch, "KIND_GPU", 1, "m") == torch.device("cuda", 1)
+            with pytest.raises(ModelLoadError, match="asks for GPU 2, but torch sees 2 CUDA device"):
+                placement(torch, "KIND_GPU", 2, "m")
+            tm.write_model(repo, "weights", tm.config("weights", [tm.tensor("x", F32, [16])], [tm.tensor("y", F32, [4])]),
+                           lambda p: tm.save_trace(tm.Linear(), torch.zeros(1, 16), p))
+            with pytest.raises(ModelLoadError, match="^failed to load model 'weights': .*CUDA"):
+                instance(repo, "weights", InstanceSlot("weights_0", "KIND_GPU", 1))
+            gpu = instance(repo, "m", InstanceSlot("m_0", "KIND_GPU", 1))  # no weights: nothing to move at load
+            assert gpu.device == torch.device("cuda", 1)
+            one = np.ones((1, 4), np.float32)
+            error = gpu.execute([request("m", {"INPUT__0": one, "INPUT__1": one})])[0]
+            assert error.code == ErrorCode.INTERNAL and "CUDA" in error.message  # the inputs went to cuda:1
     else:
         assert placement(torch, "KIND_GPU", 0, "m") == torch.device("cuda", 0)
     assert placement(torch, "KIND_CPU", 0, "m") == torch.device("cpu")

@@ -177,7 +177,8 @@ class PyTorchInstance:
             module = load_module(torch, path, self.device, p.inference_mode)
         except Exception as exc:  # torch raises RuntimeError (and others) for unreadable archives
             raise ModelLoadError(f"failed to load model '{self.spec.name}': {exc}") from exc
-        module.eval()
+        # As loaded, never .eval()'d: the backend runs the module in the mode it was saved in
+        # (a module saved in training mode keeps its dropout and batch statistics, as in Triton).
         if p.weight_sharing:
             with _shared_lock:
                 module = _shared.setdefault(key, module)
@@ -260,6 +261,8 @@ class PyTorchInstance:
             arguments = self._arguments(requests)
         except InferenceError as exc:
             return [exc] * len(requests)
+        except Exception as exc:  # e.g. copying the inputs to the instance's GPU failed
+            return [InferenceError(f"PyTorch execute failure: {exc}", ErrorCode.INTERNAL)] * len(requests)
         input_end = time.monotonic_ns()
         try:
             torch._C._set_graph_executor_optimize(p.optimized_execution)  # per thread
