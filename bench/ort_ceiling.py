@@ -1,7 +1,8 @@
 """The raw ceiling: ONNX Runtime in-process, no server, no client.
 
 `instances` threads, each with its own InferenceSession built with the runtime's own session
-options (handlers.backends.onnxruntime.session_options, so the same intra-op threads), run
+options (handlers.backends.onnxruntime.session_options, so the same intra-op threads: the
+config's, else the CPU budget's share given as `threads`), run
 `session.run` on a batch of `batch` back to back for `seconds`; the ceiling is the inferences per
 second of all of them together. A server that forms batches of that size on that many instances
 cannot do better; `at_batch` interpolates it for the average batch size a server executed.
@@ -18,18 +19,20 @@ from pathlib import Path
 import numpy as np
 
 
-def _session(model: Path, config: dict):
+def _session(model: Path, config: dict, threads: int | None = None):
     import onnxruntime
 
     from handlers.backends.onnxruntime import session_options
 
-    return onnxruntime.InferenceSession(str(model), sess_options=session_options(config),
+    return onnxruntime.InferenceSession(str(model), sess_options=session_options(config, threads),
                                         providers=["CPUExecutionProvider"])
 
 
-def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], instances: int, seconds: float) -> float:
-    """Inferences per second (batch size x runs / s) of `instances` sessions running in parallel."""
-    sessions = [_session(model, config) for _ in range(instances)]
+def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], instances: int, seconds: float,
+               threads: int | None = None) -> float:
+    """Inferences per second (batch size x runs / s) of `instances` sessions running in parallel;
+    `threads`: each session's CPU budget where the config sets no intra-op threads."""
+    sessions = [_session(model, config, threads) for _ in range(instances)]
     batch = next(iter(feeds.values())).shape[0]
     for session in sessions:
         session.run(None, dict(feeds))  # warm-up
@@ -50,6 +53,8 @@ def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], insta
     start.wait()
     began = time.perf_counter()
     time.sleep(seconds)
+    while sum(counts) == 0:  # a run longer than the window (a big batch on a busy machine)
+        time.sleep(0.01)
     stop.set()
     counts_at_stop = sum(counts)
     elapsed = time.perf_counter() - began
@@ -67,13 +72,16 @@ def measure(
     *,
     seconds: float = 3.0,
     repeats: int = 3,
+    threads=None,
 ) -> dict[tuple[int, int], float]:
-    """Median inferences/s for every (instances, batch size)."""
+    """Median inferences/s for every (instances, batch size); `threads(instances)` gives each
+    session's CPU budget (None: the config's threads only)."""
     results: dict[tuple[int, int], list[float]] = {}
     for _ in range(repeats):
         for instances in instance_counts:
             for batch in batch_sizes:
-                value = throughput(model, config, make_feeds(batch), instances, seconds)
+                share = threads(instances) if threads is not None else None
+                value = throughput(model, config, make_feeds(batch), instances, seconds, share)
                 results.setdefault((instances, batch), []).append(value)
     return {key: statistics.median(values) for key, values in results.items()}
 
@@ -81,7 +89,7 @@ def measure(
 def at_batch(ceilings: Mapping[tuple[int, int], float], instances: int, batch: float) -> float | None:
     """The ceiling at an average executed batch size: the time per inference is interpolated
     linearly between the two measured batch sizes around it (clamped to the measured range)."""
-    sizes = sorted(size for count, size in ceilings if count == instances)
+    sizes = sorted(size for count, size in ceilings if count == instances and ceilings[(count, size)] > 0)
     if not sizes or batch <= 0:
         return None
     if batch <= sizes[0]:

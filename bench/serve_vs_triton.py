@@ -7,14 +7,21 @@ writes bench/results/<date>-<host>.md (tables, targets, profile), its PNG plots 
 results (.json; `--render FILE.json` renders them again without measuring).
 
 Models (bench/perf_models.py): `text_recognition`, the seeds' ResNet + CTC model (input.1 FP32
-[1,32,100] -> 308 [26,37], max_batch_size 8 as in Triton's conceptual guide, part 2), and `tiny`,
-a 16x16 MatMul whose cost is the serving stack's own per-request overhead.
+[1,32,100] -> 308 [26,37], max_batch_size 8 as in Triton's conceptual guide, part 2) built with
+onnx.helper at x0.25 width, and `tiny`, a 16x16 MatMul whose cost is the serving stack's own
+per-request overhead; `text_recognition_full` (bench/str_model.py, needs a CPU torch): the
+guide's own STRModel at full width exported with torch.onnx.export as the guide does, served as
+`text_recognition` with the guide's config verbatim (KIND_GPU -> KIND_CPU) and no thread
+parameters, so the runtime's CPU budget sets its threads.
 
 Configurations, every one with an explicit `instance_group { count, kind: KIND_CPU }` and ORT
 intra-op threads = ANCHOR_ORT_THREADS (default 1, `--ort-threads`):
 (1) no dynamic batching, 1 instance; (2) dynamic batching, 1 instance; (3) dynamic batching,
 2 instances; (4a/4b) as (3) with max_queue_delay_microseconds 10 / 100. The tiny model runs (1)
-and (2).
+and (2). text_recognition_full runs the seeds' three: (1), (2) and (T), the guide's
+`dynamic_batching { }` with 2 instances; its Triton gets ANCHOR_ORT_THREADS = CPUs / instances
+per configuration, the count the runtime's CPU budget chooses by itself (Triton's onnxruntime
+backend would otherwise give every session all the cores).
 
 Load: perf_analyzer 2.51 with the seeds' command `-b 2 --shape input.1:1,32,100
 --concurrency-range 2:16:2 --percentile=95` (plus measurement window and stability options for a
@@ -52,6 +59,39 @@ import servers  # noqa: E402
 
 TEXT = "text_recognition"
 TINY = "tiny"
+FULL = "text_recognition_full"
+# The model name the servers and perf_analyzer use (the seeds' command: -m text_recognition).
+SERVED = {TEXT: "text_recognition", TINY: "tiny", FULL: "text_recognition"}
+
+# Triton's conceptual guide, part 2: model_repository/text_recognition/config.pbtxt, verbatim but
+# for KIND_GPU -> KIND_CPU (this machine has no GPU).
+TUTORIAL_CONFIG = """name: "text_recognition"
+backend: "onnxruntime"
+max_batch_size : 8
+input [
+  {
+    name: "input.1"
+    data_type: TYPE_FP32
+    dims: [ 1, 32, 100 ]
+  }
+]
+output [
+  {
+    name: "308"
+    data_type: TYPE_FP32
+    dims: [ 26, 37 ]
+  }
+]
+
+dynamic_batching { }
+
+instance_group [
+    {
+      count: 2
+      kind: KIND_CPU
+    }
+]
+"""
 
 _CONFIG = """name: "{name}"
 backend: "onnxruntime"
@@ -68,6 +108,7 @@ _SIGNATURES = {
            "shape": "input.1:1,32,100"},
     TINY: {"input": "INPUT0", "dims": "16", "output": "OUTPUT0", "out_dims": "16", "shape": None},
 }
+_SIGNATURES[FULL] = _SIGNATURES[TEXT]
 
 
 @dataclass(frozen=True)
@@ -78,6 +119,9 @@ class BenchConfig:
     delay_us: int | None  # None: no dynamic batching
 
     def pbtxt(self, model: str, threads: int) -> str:
+        if model == FULL:  # the guide's text; (1) and (2) are its config without batching / with 1 instance
+            text = TUTORIAL_CONFIG.replace("count: 2", f"count: {self.instances}")
+            return text if self.delay_us is not None else text.replace("dynamic_batching { }\n\n", "")
         if self.delay_us is None:
             batching = ""
         elif self.delay_us == 0:
@@ -103,7 +147,24 @@ CONFIGS = {
         BenchConfig("1", "no dynamic batching, 1 instance", 1, None),
         BenchConfig("2", "dynamic batching, 1 instance", 1, 0),
     ],
+    FULL: [
+        BenchConfig("1", "no dynamic batching, 1 instance", 1, None),
+        BenchConfig("2", "dynamic batching, 1 instance", 1, 0),
+        BenchConfig("T", "the guide's config: dynamic_batching { }, 2 instances", 2, 0),
+    ],
 }
+
+
+def cpus() -> int:
+    """The CPUs the runtime's CPU budget divides on this machine."""
+    from handlers.cpu_budget import available_cpus
+
+    return available_cpus().cpus
+
+
+def budget_threads(instances: int) -> int:
+    """Intra-op threads per session that the CPU budget gives `instances` instances of one model."""
+    return max(1, cpus() // instances)
 
 
 def _log(message: str) -> None:
@@ -142,6 +203,13 @@ def _git_commit() -> str:
 
 
 def _build_model(model: str, path: Path, width: float) -> Path:
+    if model == FULL:
+        try:
+            import str_model
+        except ImportError:
+            raise SystemExit("text_recognition_full needs torch (a CPU build): pip install torch==2.13.0 from "
+                             "PyTorch's CPU wheel index, or leave it out with --models text_recognition,tiny") from None
+        return str_model.export(path)
     return perf_models.text_recognition(path, width=width) if model == TEXT else perf_models.tiny(path)
 
 
@@ -149,7 +217,7 @@ def _feeds(model: str):
     import numpy as np
 
     rng = np.random.default_rng(0)
-    if model == TEXT:
+    if model in (TEXT, FULL):
         return lambda batch: {"input.1": rng.random((batch, 1, 32, 100), dtype=np.float32)}
     return lambda batch: {"INPUT0": rng.random((batch, 16), dtype=np.float32)}
 
@@ -171,7 +239,20 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
     onnx = _build_model(model, work / "models" / f"{model}.onnx", args.width)
     cost = _per_inference_ms(onnx, model)
     signature = _SIGNATURES[model]
-    if model == TEXT:
+    if model == FULL:
+        import torch
+
+        description = (
+            f"The guide's own STRModel (bench/str_model.py: None-ResNet-None-CTC, output_channels 512, 37 classes) "
+            f"exported with torch.onnx.export (torch {torch.__version__}, TorchScript exporter, as the guide), served as "
+            f"`text_recognition` with the guide's config.pbtxt verbatim (KIND_GPU -> KIND_CPU; (1) and (2) drop its "
+            f"dynamic_batching / use 1 instance), `input.1` FP32 [1,32,100] -> `308` FP32 [26,37], "
+            f"{onnx.stat().st_size / 1e6:.0f} MB. Random weights (the guide's trained None-ResNet-None-CTC.pth is not "
+            f"on PyPI; throughput does not depend on them). No thread parameters: toolkit's CPU budget gives each "
+            f"session CPUs / instances threads ({cpus()} CPUs here), and Triton's model the same count through "
+            f"ANCHOR_ORT_THREADS. ONNX Runtime alone, 1 thread: {cost[1]:.1f} ms per inference at batch 1, "
+            f"{cost[2]:.1f} ms per run of batch 2 (one request), {cost[8]:.1f} ms per run of batch 8.")
+    elif model == TEXT:
         description = (
             f"ResNet feature extractor + CTC head (deep-text-recognition-benchmark's None-ResNet-None-CTC layout, "
             f"channel width x{args.width}), `input.1` FP32 [1,32,100] -> `308` FP32 [26,37], max_batch_size 8. "
@@ -186,39 +267,52 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
              "cost_ms": {str(k): v for k, v in cost.items()}}
     data["models"][model] = entry
 
-    if model == TEXT and not args.no_ceiling:
+    if model in (TEXT, FULL) and not args.no_ceiling:
         _log(f"{model}: raw ORT ceiling")
-        parameters = {"parameters": {"intra_op_thread_count": {"string_value": str(args.ort_threads)},
-                                     "inter_op_thread_count": {"string_value": "1"}}}
+        if model == FULL:  # the guide's config sets no threads: the CPU budget's share, as the runtime
+            parameters, threads, how = {}, budget_threads, f"the CPU budget's CPUs / instances = {cpus()} / N"
+        else:
+            parameters = {"parameters": {"intra_op_thread_count": {"string_value": str(args.ort_threads)},
+                                         "inter_op_thread_count": {"string_value": "1"}}}
+            threads, how = None, f"{args.ort_threads}"
         instances = sorted({c.instances for c in configs})
         ceilings = ort_ceiling.measure(onnx, parameters, _feeds(model), [2, 4, 6, 8], instances,
-                                       seconds=args.ceiling_seconds, repeats=args.repeats)
+                                       seconds=args.ceiling_seconds, repeats=args.repeats, threads=threads)
         entry["ceiling"] = [[i, b, v] for (i, b), v in sorted(ceilings.items())]
         entry["ceiling_note"] = (
-            f"N threads, each with its own session (the runtime's session options: {args.ort_threads} intra-op "
+            f"N threads, each with its own session (the runtime's session options: {how} intra-op "
             f"thread(s)), running `session.run` back to back for {args.ceiling_seconds:.0f} s; median of "
             f"{args.repeats}. The ceiling of a configuration is this table at the average batch size its batcher "
             "executed (per-inference time interpolated between measured sizes).")
 
-    measurement_ms = args.measurement_ms if model == TEXT else args.tiny_measurement_ms
+    measurement_ms = {TEXT: args.measurement_ms, TINY: args.tiny_measurement_ms, FULL: args.full_measurement_ms}[model]
+    served = SERVED[model]
     for cfg in configs:
         repo = work / f"{model}-{cfg.key}"
-        (repo / model / "1").mkdir(parents=True, exist_ok=True)
-        os.link(onnx, repo / model / "1" / "model.onnx")
-        (repo / model / "config.pbtxt").write_text(cfg.pbtxt(model, args.ort_threads))
+        (repo / served / "1").mkdir(parents=True, exist_ok=True)
+        os.link(onnx, repo / served / "1" / "model.onnx")
+        (repo / served / "config.pbtxt").write_text(cfg.pbtxt(model, args.ort_threads))
         runs: dict[str, list] = {servers.TOOLKIT: [], servers.TRITON: []}
         entry["runs"][cfg.key] = runs
+        anchor_threads = budget_threads(cfg.instances) if model == FULL else args.ort_threads
         _log(f"{model} ({cfg.key}) {cfg.title}: starting both servers")
-        with servers.running([servers.TOOLKIT, servers.TRITON], repo, ort_threads=args.ort_threads,
+        with servers.running([servers.TOOLKIT, servers.TRITON], repo, ort_threads=anchor_threads,
                              ort_version=args.ort_version, logs=work / "logs") as started:
             for kind, server in started.items():  # warm-up, not recorded (no stability asked)
-                perf_analyzer.run(model, server.url, shape=signature["shape"], concurrency=f"{args.target}:{args.target}",
-                                  measurement_ms=1000, stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)
+                try:
+                    perf_analyzer.run(served, server.url, shape=signature["shape"],
+                                      concurrency=f"{args.target}:{args.target}",
+                                      measurement_ms=max(1000, measurement_ms if model == FULL else 0),
+                                      stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)
+                except perf_analyzer.PerfAnalyzerError as exc:  # it warmed up all the same
+                    _log(f"  warm-up of {kind}: {str(exc).splitlines()[-1]}")
+            if model == FULL:
+                entry.setdefault("plans", {})[cfg.key] = _plan_lines(repo)
             for repeat in range(args.repeats):
                 order = [servers.TOOLKIT, servers.TRITON] if repeat % 2 == 0 else [servers.TRITON, servers.TOOLKIT]
                 for kind in order:
                     levels = perf_analyzer.run_levels(
-                        model, started[kind].url, shape=signature["shape"], concurrency=args.concurrency,
+                        served, started[kind].url, shape=signature["shape"], concurrency=args.concurrency,
                         measurement_ms=measurement_ms, stability=args.stability, max_trials=args.max_trials)
                     runs[kind].append([level.as_dict() for level in levels])
                     last = levels[-1]
@@ -226,10 +320,20 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
                          f"p95 {last.p95_us / 1000:.1f} ms, batch {last.batch_size:.2f}")
 
 
+def _plan_lines(repo: Path) -> list[str]:
+    """The CPU budget `toolkit serve` plans (and logs at startup) for `repo` on this machine."""
+    from handlers import cpu_budget
+    from toolkit.repository.compile import compile_repository
+
+    compiled = compile_repository(repo, None, "cpu")
+    return cpu_budget.plan(compiled.models.values(), cpu_budget.available_cpus()).lines()
+
+
 def profile_model(model: str, key: str, args: argparse.Namespace, work: Path) -> str:
     """py-spy on toolkit serve while perf_analyzer drives it at the target concurrency."""
     repo = work / f"{model}-{key}"
     signature = _SIGNATURES[model]
+    served = SERVED[model]
     with servers.running([servers.TOOLKIT], repo, ort_threads=args.ort_threads, ort_version=args.ort_version,
                          logs=work / "logs") as started:
         server = started[servers.TOOLKIT]
@@ -237,7 +341,7 @@ def profile_model(model: str, key: str, args: argparse.Namespace, work: Path) ->
         measured: list = []
 
         def load() -> None:
-            levels, _ = perf_analyzer.run(model, server.url, shape=signature["shape"],
+            levels, _ = perf_analyzer.run(served, server.url, shape=signature["shape"],
                                           concurrency=f"{args.target}:{args.target}", measurement_ms=5000,
                                           stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)
             measured.extend(levels)
@@ -257,12 +361,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", default="2:16:2", help="perf_analyzer --concurrency-range")
     parser.add_argument("--target", type=int, default=16, help="concurrency the targets are judged at")
-    parser.add_argument("--models", default=f"{TEXT},{TINY}")
+    parser.add_argument("--models", default=f"{TEXT},{TINY},{FULL}")
     parser.add_argument("--configs", default="", help="only these configurations, e.g. 2,3 or text_recognition:2")
     parser.add_argument("--width", type=float, default=0.25, help="channel width of the text_recognition model")
     parser.add_argument("--ort-threads", type=int, default=1, help="intra-op threads (= ANCHOR_ORT_THREADS)")
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--tiny-measurement-ms", type=int, default=1000)
+    parser.add_argument("--full-measurement-ms", type=int, default=8000,
+                        help="text_recognition_full: ~10 requests/s need long windows for a stable p95")
     parser.add_argument("--stability", type=int, default=30, help="perf_analyzer --stability-percentage")
     parser.add_argument("--max-trials", type=int, default=10)
     parser.add_argument("--ceiling-seconds", type=float, default=3.0)
@@ -280,7 +386,10 @@ def main() -> None:
         print(report.render(data, args.render.with_suffix(".md")))
         return
     if args.quick:
-        args.repeats, args.concurrency, args.measurement_ms, args.tiny_measurement_ms = 1, "4:16:12", 1000, 500
+        args.repeats, args.measurement_ms, args.tiny_measurement_ms = 1, 1000, 500
+        if args.concurrency == parser.get_default("concurrency"):
+            args.concurrency = "4:16:12"
+        args.full_measurement_ms = 4000
         args.ceiling_seconds, args.stability, args.max_trials = 1.0, 50, 6
     args.configs = {c.strip() for c in args.configs.split(",") if c.strip()}
     import onnxruntime
@@ -298,19 +407,22 @@ def main() -> None:
             "target_concurrency": args.target,
             "setup": {
                 "machine": f"{_cpu_model()}, {os.cpu_count()} logical CPUs (perf_analyzer and the server share them)",
+                "CPU budget": f"{cpus()} CPU(s) for the runtime's thread budget (handlers/cpu_budget.py)",
                 "load before start": f"{load:.2f} (1-minute load average; the run waits for < {args.max_load})",
                 "toolkit": f"commit {_git_commit()}, Python {platform.python_version()}, onnxruntime "
                            f"{args.ort_version}, uvicorn + httptools + uvloop",
                 "Triton": f"tritonserver 2.51.0 via shared/anchors/triton-anchor: python backend + ONNX Runtime "
-                          f"{args.ort_version}, CPU, ANCHOR_ORT_THREADS={args.ort_threads} (a conservative anchor, "
-                          "not Triton's onnxruntime backend)",
+                          f"{args.ort_version}, CPU, ANCHOR_ORT_THREADS={args.ort_threads} (text_recognition_full: "
+                          "CPUs / instances) (a conservative anchor, not Triton's onnxruntime backend)",
                 "perf_analyzer": f"{perf_analyzer.version()}: -b 2 [--shape input.1:1,32,100] --concurrency-range "
                                  f"{args.concurrency} --percentile=95 --measurement-interval {args.measurement_ms} "
                                  f"(tiny: {args.tiny_measurement_ms}) --stability-percentage {args.stability} "
                                  f"--max-trials {args.max_trials}",
                 "fairness": f"every config sets instance_group {{ count, kind: KIND_CPU }}; intra-op threads "
-                            f"{args.ort_threads} and inter-op 1 on both servers; same ONNX file; both servers up "
-                            "during a configuration, repeats alternate which goes first",
+                            f"{args.ort_threads} and inter-op 1 on both servers (text_recognition_full: no thread "
+                            "parameters; toolkit's CPU budget and Triton's ANCHOR_ORT_THREADS both give CPUs / "
+                            "instances); same ONNX file; both servers up during a configuration, repeats alternate "
+                            "which goes first",
                 "repeats": f"{args.repeats} per (configuration, server); medians, ratios of medians",
             },
         },
@@ -323,7 +435,7 @@ def main() -> None:
     for model in [m.strip() for m in args.models.split(",") if m.strip()]:
         measure_model(model, args, work, data)
     if not args.no_profile and server_profile.py_spy():
-        for model, key in ((TEXT, "3"), (TINY, "2")):
+        for model, key in ((TEXT, "3"), (TINY, "2"), (FULL, "T")):
             if model in data["models"] and key in data["models"][model]["runs"]:
                 _log(f"profiling toolkit serve on {model} ({key})")
                 data["profiles"][f"{model}, config ({key}), concurrency {args.target}"] = profile_model(

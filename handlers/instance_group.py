@@ -11,6 +11,9 @@ class InstanceSlot:
     name: str
     kind: str  # KIND_CPU, KIND_GPU or KIND_MODEL
     device_id: int
+    # CPU threads of this instance when its config leaves them unset (handlers/cpu_budget.py);
+    # None outside a ModelRepository: the framework's default.
+    threads: int | None = None
 
 
 def instance_slots(config: dict[str, Any]) -> list[InstanceSlot]:

@@ -7,6 +7,7 @@ models load and `/v2/health/ready` turns 200 once every model is loaded.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -15,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import cpu_budget
 from .backends import backend_module
 from .batching import DynamicBatcher
 from .errors import InferenceError, not_found, unavailable
@@ -99,9 +101,16 @@ class ModelRepository:
         manifest: Manifest,
         *,
         no_queue_delay: bool = False,
+        serial: bool = False,
+        cpu_plan: cpu_budget.CpuPlan | None = None,
     ) -> None:
+        """`serial`: one request at a time (AWS Lambda), which the CPU budget counts on;
+        `cpu_plan`: the instances' CPU threads (default: this container's CPUs divided among
+        every instance, handlers/cpu_budget.py)."""
         self.manifest = manifest
         self.no_queue_delay = no_queue_delay
+        self.cpu_plan = cpu_plan or cpu_budget.plan(manifest.models.values(), cpu_budget.available_cpus(),
+                                                    serial=serial)
         self.models: dict[str, dict[int, LoadedModel]] = {
             name: {v: LoadedModel(spec, v) for v in spec.versions} for name, spec in manifest.models.items()
         }
@@ -120,6 +129,8 @@ class ModelRepository:
         stopped; otherwise the failed model stays UNAVAILABLE with its reason and the rest serve.
         """
         started = time.perf_counter()
+        for line in self.cpu_plan.lines():
+            log.info("%s", line)
         versions = [m for by_version in self.models.values() for m in by_version.values()]
         ensembles = [m for m in versions if m.spec.backend == ENSEMBLE]
         with ThreadPoolExecutor(max_workers=max_workers or max(4, len(versions))) as pool:
@@ -143,7 +154,8 @@ class ModelRepository:
                 raise RuntimeError(f"backend '{model.spec.backend}' is not available in this runtime")
             factory = module.create_instance
             model.load_labels()
-            slots = instance_slots(model.spec.config)
+            slots = [dataclasses.replace(s, threads=self.cpu_plan.threads_for(model.name, s))
+                     for s in instance_slots(model.spec.config)]
             with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
                 model.instances = list(pool.map(lambda s: factory(model.spec, model.version, s), slots))
                 model.load_seconds = time.perf_counter() - started

@@ -248,20 +248,61 @@ def test_execution_switches_apply_per_thread_and_process_wide(repo):
         torch._C._jit_set_profiling_mode(before)
 
 
-def test_thread_counts_are_process_wide_and_the_first_model_decides(caplog):
+@pytest.fixture
+def fresh_thread_settings():
     threads = torch.get_num_threads()
-    saved = dict(settings._chosen)
+    saved = dict(settings._chosen), dict(settings._budget)
     settings._chosen.clear()
-    try:
-        with caplog.at_level(logging.WARNING, logger="handlers.pytorch"):
-            settings.apply_thread_counts(torch, "first", 1, None)
-            settings.apply_thread_counts(torch, "second", 2, None)
-        assert torch.get_num_threads() == 1 and settings.chosen_thread_counts() == {"intra": 1}
-        assert "model 'second' asks for intra-op thread count 2, but model 'first' set it to 1" in caplog.text
-    finally:
-        settings._chosen.clear()
-        settings._chosen.update(saved)
-        torch.set_num_threads(threads)
+    settings._budget.clear()
+    yield
+    settings._chosen.clear()
+    settings._chosen.update(saved[0])
+    settings._budget.clear()
+    settings._budget.update(saved[1])
+    torch.set_num_threads(threads)
+
+
+def test_thread_counts_are_process_wide_and_the_first_model_decides(caplog, fresh_thread_settings):
+    with caplog.at_level(logging.WARNING, logger="handlers.pytorch"):
+        settings.apply_thread_counts(torch, "first", 1, None)
+        settings.apply_thread_counts(torch, "second", 2, None)
+    assert torch.get_num_threads() == 1 and settings.chosen_thread_counts() == {"intra": 1}
+    assert "model 'second' asks for intra-op thread count 2, but model 'first' set it to 1" in caplog.text
+
+
+def test_the_cpu_budget_sizes_torchs_pool_unless_a_config_sets_it(fresh_thread_settings):
+    """Without INTRA_OP_THREAD_COUNT the process's pool takes the smallest budget share of its
+    torch instances; an explicit count wins, and is what the budget plans with."""
+    from handlers.backends.pytorch import explicit_threads
+    from handlers.cpu_budget import for_target, plan
+
+    settings.apply_budget_threads(torch, "a", 2)
+    assert torch.get_num_threads() == 2
+    settings.apply_budget_threads(torch, "b", 1)
+    settings.apply_budget_threads(torch, "c", 3)
+    assert torch.get_num_threads() == 1
+    settings.apply_thread_counts(torch, "d", 2, None)
+    settings.apply_budget_threads(torch, "e", 1)
+    assert torch.get_num_threads() == 2
+
+    def config(name: str, count: int, intra: str | None = None) -> dict:
+        data = {"name": name, "platform": "pytorch_libtorch", "backend": "pytorch",
+                "instance_group": [{"name": name, "kind": "KIND_CPU", "count": count}]}
+        if intra is not None:
+            data["parameters"] = {"INTRA_OP_THREAD_COUNT": {"string_value": intra}}
+        return data
+
+    assert explicit_threads(config("x", 1, "3")) == 3
+    assert explicit_threads(config("x", 1, "0")) is None and explicit_threads(config("x", 1, "many")) is None
+
+    class Model:
+        def __init__(self, config):
+            self.name, self.config, self.versions = config["name"], config, 1
+
+    shares = plan([Model(config("budgeted", 2)), Model(config("pinned", 1, "1"))], for_target(4, "4 CPUs")).shares
+    assert sorted((s.model, s.threads, s.source) for s in shares) == [
+        ("budgeted", 1, "budget"), ("budgeted", 2, "budget"), ("pinned", 1, "explicit"),
+    ]
 
 
 # -- outputs --------------------------------------------------------------------------------------

@@ -112,13 +112,21 @@ def test_lambda_measures_one_request_at_a_time_and_sweeps_vcpus(repo, tmp_path):
     assert result.exit_code == 0, result.output
     out = result.output
     assert "one request at a time per execution environment" in out
-    assert "per million inferences (Lambda x86 " in out and "1 intra-op thread(s)" in out
-    levels = {line.split("│")[2].strip() for line in out.splitlines() if "intra-op" in line and "│" in line}
+    assert "per million inferences (Lambda x86 " in out and "1 intra-op thread(s)" in out  # the baseline
+    # the vCPU sweep: the runtime on 1..N CPUs, its CPU budget giving the one instance all of them
+    assert "1 CPU(s): 1 thread(s) per instance (CPU budget)" in out
+    levels = {line.split("│")[2].strip() for line in out.splitlines()
+              if ("intra-op" in line or "CPU budget" in line) and "│" in line}
     assert levels == {"1"}
     tuned = (repo / "tiny" / TUNED_FILENAME).read_text()
     config = compiles_as_config(repo, "tiny", tuned, tmp_path)
     assert [g["count"] for g in config["instance_group"]] == [1]
-    assert config["parameters"]["intra_op_thread_count"]["string_value"] in {str(n) for n in range(1, 65)}
+    chosen = next(line for line in tuned.splitlines() if line.startswith("# Chosen: "))
+    if "baseline" in chosen:
+        assert config["parameters"]["intra_op_thread_count"]["string_value"] == "1"
+    else:  # the budget sets the threads from the function's vCPUs: no explicit count is written
+        assert "intra_op_thread_count" not in config.get("parameters", {})
+        assert "MB of memory (" in tuned and "CPU budget" in chosen
 
 
 def test_a_budget_no_configuration_meets_is_reported_and_nothing_is_written(repo):
@@ -248,3 +256,21 @@ def test_cloud_run_cost_is_instance_seconds_per_inference_plus_request_fees():
     per_second = 2 * 0.000024 + 4 * 0.0000025
     assert cost.usd_per_million == pytest.approx(1e6 / 500 * per_second + 0.40)
     assert "Cloud Run (2 vCPU, 4 GiB)" in cost.basis and pricing.PRICES_AS_OF in cost.basis
+
+
+def test_candidates_leave_threads_to_the_cpu_budget_and_the_tuned_file_drops_the_explicit_count():
+    original = textwrap.dedent(TINY).lstrip()
+    config = parse_config_text(original)
+    stage = space.stage_one(config, [8], [1, 2], cpus=4)
+    assert [c.budget_threads for c in stage] == [4, 2]
+    assert stage[1].label() == ("max_batch_size 8, delay 0 us, 2 instance(s), 4 CPU(s): 2 thread(s) per instance "
+                                "(CPU budget)")
+    tuned = space.apply(stage[1], config)
+    assert "intra_op_thread_count" not in tuned.parameters  # the runtime divides the CPUs
+    assert space.apply(space.baseline(config), config).parameters["intra_op_thread_count"].string_value == "1"
+    fields = ["max_batch_size", "dynamic_batching", "instance_group"]
+    text = tuned_text(original, tuned, fields, ["intra_op_thread_count"], "# tuned\n").text
+    assert "intra_op_thread_count" not in text and "# tiny: a 16x16 MatMul" in text
+    assert parse_config_text(text) == tuned
+    lambdas = space.lambda_candidates(config, 3)
+    assert [(c.cpus, c.budget_threads, c.instance_count) for c in lambdas] == [(1, 1, 1), (2, 2, 1), (3, 3, 1)]

@@ -40,3 +40,20 @@ def tool(name: str) -> str:
 def perf_analyzer() -> str:
     """NVIDIA perf_analyzer 2.51.0 (scripts/tools/perf_analyzer)."""
     return tool("perf_analyzer")
+
+
+@functools.cache
+def _printed_path(name: str) -> str:
+    out = subprocess.run([tool(name), "--install-only"], capture_output=True, text=True, timeout=900)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def lambda_rie() -> str:
+    """AWS's Lambda Runtime Interface Emulator binary for this machine's architecture
+    (scripts/tools/aws-lambda-rie, pinned in toolkit/build/lambda_rie.py)."""
+    return _printed_path("aws-lambda-rie")
+
+
+def sam() -> str:
+    """AWS SAM CLI 1.170.0 in its own virtual environment (scripts/tools/sam)."""
+    return tool("sam")

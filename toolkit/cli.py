@@ -144,6 +144,15 @@ def _model_json(result, name: str) -> dict:
     return entry
 
 
+def _cpu_plan(result, cpus: Optional[float]):
+    """The runtime's CPU thread budget for the compiled models (handlers/cpu_budget.py), on
+    `cpus` CPUs or this machine's."""
+    from handlers import cpu_budget
+
+    count = cpu_budget.available_cpus() if cpus is None else cpu_budget.for_target(cpus, f"--cpus {cpus:g}")
+    return cpu_budget.plan(result.models.values(), count)
+
+
 @app.command()
 def validate(
     repo: RepoArg,
@@ -151,19 +160,27 @@ def validate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON")] = False,
     device: DeviceOpt = "cpu",
     strict: StrictOpt = False,
+    cpus: Annotated[
+        Optional[float],
+        typer.Option("--cpus", min=0.01, help="CPUs the thread budget is planned for (default: this machine's)"),
+    ] = None,
 ) -> None:
     """Check a repository the way tritonserver would; exit 1 if any selected model is invalid.
 
     Messages are tritonserver's where it defines the check. Instances are computed for --device
-    (the target), not for this machine.
+    (the target), not for this machine. `threads` (per instance) is the runtime's CPU thread budget
+    (docs/performance.md) on --cpus CPUs, or on this machine's.
     """
     result = _compile(repo, model, device, strict)
+    cpu_plan = _cpu_plan(result, cpus)
+    threads = cpu_plan.compact()
     if as_json:
         doc = {
             "repository": str(result.root),
             "device": str(result.device),
             "auto_complete": not strict,
             "ok": result.ok,
+            "cpu_budget": cpu_plan.as_dict(),
             "models": [_model_json(result, name) for name in sorted(result.selected)],
             "backends": _backends_needed(result),
         }
@@ -174,7 +191,7 @@ def validate(
     table = Table(title=f"Model repository {result.root} (device: {result.device})", title_justify="left")
     # Model names are never truncated: the column is as wide as the longest name.
     table.add_column("model", no_wrap=True, min_width=max((len(n) for n in names), default=5))
-    for column in ("versions", "backend", "batching", "instances", "status"):
+    for column in ("versions", "backend", "batching", "instances", "threads", "status"):
         table.add_column(column, overflow="fold")
     styles = {"READY": "[green]OK[/green]", "INVALID": "[red]INVALID[/red]", "UNSUPPORTED": "[yellow]UNSUPPORTED[/yellow]"}
     for name in names:
@@ -182,16 +199,18 @@ def validate(
         if name in result.models:
             m = result.models[name]
             table.add_row(
-                name, ",".join(map(str, m.versions)), m.backend, _batching(m.config), _instances(m.config), status,
-                style=None,
+                name, ",".join(map(str, m.versions)), m.backend, _batching(m.config), _instances(m.config),
+                threads.get(name, "-"), status, style=None,
             )
         else:
-            table.add_row(name, "-", "-", "-", "-", status)
+            table.add_row(name, "-", "-", "-", "-", "-", status)
     console.print(table, crop=False)
     needed = _backends_needed(result)
     if needed:
         listed = ", ".join(f"{b} ({', '.join(specs)})" if specs else b for b, specs in needed.items())
         console.print(f"backends needed: {listed}", highlight=False, soft_wrap=True)
+    if result.models:
+        console.print(cpu_plan.summary(), highlight=False, soft_wrap=True)
     for name in names:
         if name in result.models:
             for warning in result.models[name].warnings:
@@ -268,7 +287,11 @@ def serve(
         for warning in compiled.warnings:
             err_console.print(f"[yellow]warning:[/yellow] {name}: {escape(warning)}", highlight=False)
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
-    repository = ModelRepository(manifest)
+    try:
+        repository = ModelRepository(manifest)
+    except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs
+        err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)
     raise typer.Exit(run_server(repository, host, port, exit_on_error=exit_on_error, log_level=log_level))
 
@@ -577,6 +600,98 @@ def proxy(
         pass
     finally:
         server.close()
+
+
+@app.command()
+def run(
+    image: Annotated[str, typer.Argument(help="An image built by toolkit build, e.g. quickstart:22e5eca68e81")],
+    port: Annotated[int, typer.Option(help="Local port of the v2 endpoint")] = 8000,
+    host: Annotated[str, typer.Option(help="Local address")] = "127.0.0.1",
+    target: Annotated[str, typer.Option(help="auto (the image's target label), lambda, cloudrun or knative")] = "auto",
+    env: Annotated[Optional[list[str]], typer.Option("--env", "-e", help="KEY=VALUE for the function / container (repeatable)")] = None,
+    builder: Annotated[str, typer.Option(help="Container engine: auto, docker or podman")] = "auto",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request; print the container's log at exit")] = False,
+) -> None:
+    """Run a built image here as its platform runs it and serve its v2 endpoint on --port, for
+    unmodified tritonclient scripts and perf_analyzer. Lambda images run under AWS's Lambda Runtime
+    Interface Emulator (read-only root, /tmp, non-root user) behind a Function URL front: every
+    request becomes a Function URL event. Cloud Run / Knative images run with PORT and a read-only root."""
+    import signal
+    import time
+
+    from .build import BuildError
+    from .build.builders import detect_builder, wait_ready
+    from .build.local_run import LocalLambda, run_service
+    from .deploy.errors import DeployError
+    from .deploy.proxy import SigningProxy
+    from .deploy.signing import NoSigner
+
+    environment: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            err_console.print(f"[red]error:[/red] --env {item}: expected KEY=VALUE", highlight=False)
+            raise typer.Exit(2)
+        environment[key] = value
+    if target not in ("auto", "lambda", "cloudrun", "knative"):
+        err_console.print(f"[red]error:[/red] --target {target}: choose auto, lambda, cloudrun or knative", highlight=False)
+        raise typer.Exit(2)
+
+    def _stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    engine = None
+    container = None
+    function: LocalLambda | None = None
+    try:
+        engine, notes = detect_builder(builder)
+        if engine is None or not engine.can_run:
+            raise BuildError(f"no container engine that runs images ({'; '.join(notes) or builder}): install docker or podman")
+        info = engine.inspect(image)
+        kind = target if target != "auto" else info.labels.get("io.triton-serverless-toolkit.target", "")
+        if kind not in ("lambda", "cloudrun", "knative"):
+            raise BuildError(f"{image} has no toolkit target label: pass --target lambda, cloudrun or knative")
+        if kind == "lambda":
+            function = LocalLambda(engine, image, arch=info.architecture or "amd64", environment=environment,
+                                   function_name=image.split("@")[0].split(":")[0].rsplit("/", 1)[-1])
+            function.start()
+            function.wait_listening()
+            server = SigningProxy(function.invoke_url, NoSigner(), host, port,
+                                  log=(lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None)
+            err_console.print(
+                f"serving {image} (lambda, under AWS's Lambda Runtime Interface Emulator in container {function.container}; "
+                f"every request becomes a Function URL event, one at a time) on {server.url}; Ctrl-C stops",
+                highlight=False, soft_wrap=True,
+            )
+            try:
+                server.serve_forever()
+            finally:
+                server.close()
+        else:
+            container = run_service(engine, image, port, host, environment)
+            if wait_ready(f"http://{host}:{port}/v2/health/ready", 300.0, lambda: engine.running(container)) is None:
+                raise BuildError(f"{image} did not become ready", detail=engine.logs(container)[-3000:])
+            err_console.print(f"serving {image} ({kind}, container {container}) on http://{host}:{port}; Ctrl-C stops", highlight=False)
+            while engine.running(container):
+                time.sleep(1.0)  # the container runs on its own: wait for it to exit or for Ctrl-C
+            err_console.print(f"[red]error:[/red] {image} exited", highlight=False)
+            err_console.print(engine.logs(container)[-3000:], style="dim", highlight=False, markup=False)
+            raise typer.Exit(1)
+    except KeyboardInterrupt:
+        pass
+    except (BuildError, DeployError) as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.detail:
+            err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    finally:
+        if verbose and engine is not None and (function or container):
+            err_console.print(function.logs() if function else engine.logs(container), style="dim", highlight=False, markup=False)
+        if function is not None:
+            function.stop()
+        if container is not None and engine is not None:
+            engine.remove_container(container)
 
 
 

@@ -5,6 +5,10 @@ A backend module provides `create_instance(spec, version, slot)`, returning a mo
 `attach_repository(repository)`, called once when the repository holds one of its models (the
 python backend's BLS). Backends are imported only when a model uses them, so an image carries
 and loads only the frameworks its models need.
+
+CPU threads: `slot.threads` is the instance's share of the container's CPUs, for the framework's
+thread pools where the config sets no count; a module may define `explicit_threads(config)` so
+that the budget knows the counts a config does set (handlers/cpu_budget.py says how).
 """
 
 from __future__ import annotations

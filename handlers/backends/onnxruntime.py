@@ -1,7 +1,9 @@
 """ONNX Runtime backend: one InferenceSession per model instance, as Triton's onnxruntime backend.
 
 Session options come from the config's `parameters` (intra_op_thread_count, inter_op_thread_count,
-execution_mode, enable_mem_arena, enable_mem_pattern) and `optimization.graph.level`; execution
+execution_mode, enable_mem_arena, enable_mem_pattern) and `optimization.graph.level`; thread
+counts the config leaves unset come from the CPU budget (handlers/cpu_budget.py: the instance's
+share of the container's CPUs, where Triton leaves ORT's default of every core); execution
 providers from the instance group kind and `optimization.execution_accelerators` (CUDA and
 TensorRT on GPU instances, OpenVINO on CPU when installed). Batches arrive as lists of requests;
 their inputs are concatenated along the batch dimension, run once, and split back per request.
@@ -81,16 +83,53 @@ def _bool(text: str) -> bool:
     raise ModelLoadError(f"failed to convert '{text}' to boolean value")
 
 
-def session_options(config: dict):
+def explicit_threads(config: dict) -> int | None:
+    """The CPU threads one session uses because the config sets them (the CPU budget's hook,
+    handlers/cpu_budget.py): intra-op threads, times the inter-op threads in parallel mode."""
+    intra = _parameter(config, "intra_op_thread_count")
+    if intra is None or not intra.strip().isdigit() or int(intra) <= 0:
+        return None  # 0 is ORT's "default": the budget decides
+    inter = _parameter(config, "inter_op_thread_count")
+    mode = _parameter(config, "execution_mode")
+    if mode is not None and mode.strip() == "1" and inter is not None and inter.strip().isdigit() and int(inter) > 0:
+        return int(intra) * int(inter)
+    return int(intra)
+
+
+def thread_counts(config: dict, budget: int | None) -> tuple[int | None, int | None]:
+    """(intra-op, inter-op) threads of a session: the config's where it sets them (a value of 0 is
+    ORT's own default, as in Triton), else from `budget` (the instance's CPU share; None: leave
+    ORT's defaults). Sequential execution has no inter-op pool; in parallel mode the budget is
+    split so that intra x inter stays within it."""
+    intra_text = _parameter(config, "intra_op_thread_count")
+    inter_text = _parameter(config, "inter_op_thread_count")
+    intra = int(intra_text) if intra_text is not None else None
+    inter = int(inter_text) if inter_text is not None else None
+    if budget is None:
+        return intra, inter
+    mode = _parameter(config, "execution_mode")
+    parallel = mode is not None and int(mode) == 1
+    if not parallel:
+        return (budget if intra is None else intra), inter
+    if inter is None and intra is None:
+        return 1, budget
+    if inter is None:
+        return intra, max(1, budget // max(1, intra))
+    if intra is None:
+        return max(1, budget // max(1, inter)), inter
+    return intra, inter
+
+
+def session_options(config: dict, threads: int | None = None):
+    """ORT session options from the config; `threads`: the instance's CPU budget."""
     ort = _ort()
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    intra = _parameter(config, "intra_op_thread_count")
+    intra, inter = thread_counts(config, threads)
     if intra is not None:
-        options.intra_op_num_threads = int(intra)
-    inter = _parameter(config, "inter_op_thread_count")
+        options.intra_op_num_threads = intra
     if inter is not None:
-        options.inter_op_num_threads = int(inter)
+        options.inter_op_num_threads = inter
     mode = _parameter(config, "execution_mode")
     if mode is not None:
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL if int(mode) == 1 else ort.ExecutionMode.ORT_SEQUENTIAL
@@ -189,13 +228,14 @@ def _onnx_file(path: Path) -> Path:
 
 def create_instance(spec: ModelSpec, version: int, slot: Any) -> "OnnxRuntimeInstance":
     """One instance (the backend contract, handlers/backends/__init__.py)."""
-    return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id)
+    return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id, getattr(slot, "threads", None))
 
 
 class OnnxRuntimeInstance:
     """One model instance: its own InferenceSession, used by one batcher worker thread at a time."""
 
-    def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> None:
+    def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
+                 threads: int | None = None) -> None:
         ort = _ort()
         self.name = name
         self.kind = kind
@@ -207,10 +247,19 @@ class OnnxRuntimeInstance:
         path = _onnx_file(spec.model_files[version])
         started = time.perf_counter()
         try:
-            self.session = ort.InferenceSession(str(path), sess_options=session_options(config), providers=providers)
+            self.session = ort.InferenceSession(str(path), sess_options=session_options(config, threads),
+                                                providers=providers)
         except Exception as exc:
             raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc
         self.load_seconds = time.perf_counter() - started
+        applied = self.session.get_session_options()  # what the session was built with
+        self.intra_op_threads = applied.intra_op_num_threads
+        self.inter_op_threads = applied.inter_op_num_threads
+        log.info(
+            "model '%s' version %d instance %s: ONNX Runtime intra-op threads %d, inter-op %d%s",
+            spec.name, version, name, self.intra_op_threads, self.inter_op_threads,
+            " (CPU budget)" if threads is not None and explicit_threads(config) is None else "",
+        )
         self.batching = spec.max_batch_size > 0
         self._inputs = {io["name"]: io for io in config.get("input", [])}
         self._outputs = {io["name"]: io for io in config.get("output", [])}

@@ -60,7 +60,7 @@ class LambdaHandler:
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, *, exit_on_error: bool = True) -> "LambdaHandler":
-        repository = ModelRepository(manifest, no_queue_delay=True)
+        repository = ModelRepository(manifest, no_queue_delay=True, serial=True)
         repository.load(exit_on_error=exit_on_error)
         return cls(repository)
 

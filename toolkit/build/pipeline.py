@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from .base_image import (
 from .builders import Builder, check_platform_buildable, detect_builder, printable_command, wait_ready
 from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
 from .errors import BuildError, BuildOptionError
+from .local_run import LocalLambda, free_port, run_service
 from .footprint import backend_footprints
 from .report import (
     BuildReport,
@@ -206,12 +206,6 @@ def _model_requirements(compiled: CompiledRepository) -> list[ModelRequirements]
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _metrics_text(url: str) -> str:
     """The runtime's /metrics (each model's load and warmup seconds), or '' when it cannot be read."""
     import urllib.request
@@ -226,13 +220,11 @@ def _metrics_text(url: str) -> str:
 def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> tuple[ColdStart, str]:
     """Start the image as Cloud Run would (read-only root, writable /tmp, non-root) and time it
     until /v2/health/ready answers 200 (models loaded and warmed up). Returns the cold start and
-    the runtime's /metrics text read right after (each model's share)."""
-    port = _free_port()
+    the runtime's /metrics text read right after (each model's share of it)."""
+    port = free_port()
     ui.step(f"measuring cold start of {image}")
     start = time.monotonic()
-    container = builder.run_detached(
-        image, ["--network", "host", "-e", f"PORT={port}", "-e", "TOOLKIT_HOST=127.0.0.1", "--read-only", "--tmpfs", "/tmp"]
-    )
+    container = run_service(builder, image, port)
     try:
         ready = wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", READY_TIMEOUT_S, lambda: builder.running(container))
         if ready is None:
@@ -244,47 +236,39 @@ def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> tuple[ColdS
         builder.remove_container(container)
 
 
-# Lambda runs functions as an arbitrary non-root user (uid 993 in today's sandboxes).
-LAMBDA_SANDBOX_USER = "993:990"
+def measure_lambda_cold_start(builder: Builder, image: str, platform: str, ui: BuildUI) -> tuple[ColdStart, str]:
+    """Run the image as Lambda does, under AWS's Lambda Runtime Interface Emulator (read-only
+    root, /tmp tmpfs, an arbitrary non-root user), and time it from the engine's start to the
+    answer to a Function URL event for /v2/health/ready; the init phase is the RIE's INIT REPORT."""
+    import json
 
+    from ..deploy.function_url import http_response, request_event
+    from .lambda_rie import RIE_DESCRIPTION
 
-def measure_lambda_cold_start(builder: Builder, image: str, ui: BuildUI) -> tuple[ColdStart, str]:
-    """Run the image as Lambda does (read-only root, writable /tmp, arbitrary non-root user) with a
-    local Runtime API, and time it until it answers a Function URL event for /v2/health/ready."""
-    from .lambda_emulator import RuntimeAPI, function_url_event
-
-    ui.step(f"measuring cold start of {image} (local Lambda Runtime API)")
-    with RuntimeAPI() as api:
-        args = ["--network", "host", "--read-only", "--tmpfs", "/tmp", "--user", LAMBDA_SANDBOX_USER]
-        for key, value in api.environment().items():
-            args += ["-e", f"{key}={value}"]
-        start = time.monotonic()
-        container = builder.run_detached(image, args)
-        try:
-            event = function_url_event("GET", "/v2/health/ready", {}, b"", "localhost")
-            try:
-                invocation = api.invoke(event, READY_TIMEOUT_S, alive=lambda: builder.running(container))
-            except (RuntimeError, TimeoutError) as exc:
-                raise BuildError(f"{image} did not answer: {exc}", detail=builder.logs(container)[-3000:]) from None
-            seconds = time.monotonic() - start
-            status = invocation.payload.get("statusCode") if isinstance(invocation.payload, dict) else None
-            if invocation.outcome != "response" or status != 200:
-                raise BuildError(f"{image} answered /v2/health/ready with {invocation.payload!r}", detail=builder.logs(container)[-3000:])
-            metrics = ""
-            try:
-                answer = api.invoke(function_url_event("GET", "/metrics", {}, b"", "localhost"), 60, alive=lambda: builder.running(container))
-                if answer.outcome == "response" and isinstance(answer.payload, dict) and answer.payload.get("statusCode") == 200:
-                    body = answer.payload.get("body", "")
-                    if answer.payload.get("isBase64Encoded"):
-                        import base64
-
-                        body = base64.b64decode(body).decode("utf-8", "replace")
-                    metrics = body
-            except (RuntimeError, TimeoutError):
-                pass
-        finally:
-            builder.remove_container(container)
-    return ColdStart(round(seconds, 2), True, "container start to first response (init + invoke), local Runtime API"), metrics
+    ui.step(f"measuring cold start of {image} (AWS Lambda Runtime Interface Emulator)")
+    with LocalLambda(builder, image, arch=PLATFORM_ARCH[platform], function_name=image.split(":")[0].rsplit("/", 1)[-1]) as function:
+        status, headers, payload = function.invoke(json.dumps(request_event("GET", "/v2/health/ready")).encode(), READY_TIMEOUT_S)
+        seconds = time.monotonic() - function.started_at
+        answer = http_response(payload, headers.get("X-Amz-Function-Error")) if status == 200 else None
+        if answer is None or answer.status != 200:
+            what = f"the RIE answered {status}" if answer is None else f"/v2/health/ready answered {answer.status}"
+            body = payload if answer is None else answer.body
+            raise BuildError(f"{image} is not ready under the Lambda RIE: {what}: {body[:500].decode(errors='replace')}",
+                             detail=function.logs()[-3000:])
+        reports = function.reports()
+        metrics = ""
+        try:  # each model's share of the cold start (the build report's backends)
+            status, headers, payload = function.invoke(json.dumps(request_event("GET", "/metrics")).encode(), 60)
+            answer = http_response(payload, headers.get("X-Amz-Function-Error")) if status == 200 else None
+            if answer is not None and answer.status == 200:
+                metrics = answer.body.decode("utf-8", "replace")
+        except (OSError, RuntimeError, TimeoutError):
+            pass
+    init = round(reports.init_ms / 1000, 3) if reports.init_ms is not None else None
+    how = f"container start to the first answer (init + first invoke) under {RIE_DESCRIPTION}, this host"
+    if init is not None:
+        how += f"; init {init:.2f} s (the RIE's INIT REPORT, Lambda's Init Duration)"
+    return ColdStart(round(seconds, 2), True, how, init_seconds=init), metrics
 
 
 def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
@@ -365,6 +349,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     })
     report_path = context.directory / "build-report.json"
     report.manifests = [str(p) for p in _write_deploy_manifests(target.name, context.directory, pushed or reference, name, compiled)]
+    _add_cpu_budget(report, target.name, name, compiled)
 
     if target.max_image_bytes is not None and sum(context.model_bytes.values()) > target.max_image_bytes:
         report.errors.append(f"the models alone exceed {target.name}'s image size limit")
@@ -389,8 +374,10 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         ui.warn(f"{builder.name} cannot run the image: the cold start is estimated, not measured")
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
     elif options.measure_cold_start:
-        measure = measure_cold_start if target.server else measure_lambda_cold_start
-        report.cold_start, metrics = measure(builder, reference, ui)
+        if target.server:
+            report.cold_start, metrics = measure_cold_start(builder, reference, ui)
+        else:
+            report.cold_start, metrics = measure_lambda_cold_start(builder, reference, plan.platform, ui)
         add_ready_seconds(report.backends, compiled, metrics)
     else:
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
@@ -407,6 +394,17 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
 
 def _warmups(compiled: CompiledRepository) -> int:
     return sum(len(m.config.get("model_warmup", [])) for m in compiled.models.values())
+
+
+def _add_cpu_budget(report: BuildReport, target: str, name: str, compiled: CompiledRepository) -> None:
+    """The runtime's CPU thread plan on the CPUs the deploy manifest gives a container."""
+    from ..deploy.manifests import target_cpu_plan
+
+    cpu_plan = target_cpu_plan(target, name, compiled)
+    report.cpu_budget = {**cpu_plan.as_dict(), "summary": cpu_plan.summary(), "lines": cpu_plan.lines()}
+    threads = cpu_plan.compact()
+    for entry in report.models:
+        entry.cpu_threads = threads.get(entry.name, "")
 
 
 def _write_deploy_manifests(target: str, context_dir: Path, image: str, name: str, compiled) -> list[Path]:

@@ -58,6 +58,7 @@ class ModelEntry:
     max_batch_size: int
     instances: int
     dynamic_batching: bool
+    cpu_threads: str = ""  # threads per instance on the target's CPUs (the runtime's CPU budget)
 
 
 @dataclass
@@ -65,6 +66,7 @@ class ColdStart:
     seconds: float
     measured: bool
     how: str
+    init_seconds: float | None = None  # Lambda: the init phase alone (AWS's RIE, INIT REPORT)
 
 
 @dataclass
@@ -103,6 +105,7 @@ class BuildReport:
     wheelhouse_bytes: int = 0
     cuda: dict[str, Any] | None = None
     cold_start: ColdStart | None = None
+    cpu_budget: dict[str, Any] | None = None  # the runtime's thread plan on the target's default CPUs
     pushed: str | None = None
     manifests: list[str] = field(default_factory=list)  # deployment manifests (IaC) written beside the image
     build_seconds: float | None = None
@@ -135,6 +138,8 @@ class BuildReport:
         if self.cold_start:
             kind = "measured" if self.cold_start.measured else "estimated"
             rows.append(("cold start", f"{self.cold_start.seconds:.1f} s {kind} ({self.cold_start.how})"))
+        if self.cpu_budget:
+            rows.append(("CPU budget", self.cpu_budget["summary"].removeprefix("CPU budget: ")))
         if self.build_seconds is not None:
             rows.append(("build time", f"{self.build_seconds:.1f} s"))
         for key, value in rows:
@@ -142,12 +147,12 @@ class BuildReport:
         console.print(summary)
 
         models = Table(title="models")
-        for column in ("model", "backend", "versions", "size", "max batch", "instances", "dynamic batching"):
+        for column in ("model", "backend", "versions", "size", "max batch", "instances", "threads", "dynamic batching"):
             models.add_column(column)
         for m in self.models:
             models.add_row(
                 m.name, m.backend, ",".join(map(str, m.versions)), human_bytes(m.bytes), str(m.max_batch_size),
-                str(m.instances), "yes" if m.dynamic_batching else "no",
+                str(m.instances), m.cpu_threads or "-", "yes" if m.dynamic_batching else "no",
             )
         console.print(models)
 

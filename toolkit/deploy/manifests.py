@@ -124,6 +124,27 @@ def render_manifest(target: str, settings: LambdaSettings | ServiceSettings, ima
     return render_service(settings, image)
 
 
+def target_cpu_plan(
+    target: str,
+    name: str,
+    compiled_repository: CompiledRepository,
+    options: LambdaOverrides | ServiceOverrides | None = None,
+):
+    """The runtime's CPU thread budget (handlers/cpu_budget.py) on the CPUs the target's settings
+    give a container: Lambda's vCPUs from its memory (one request at a time), Cloud Run's and
+    Knative's --cpu."""
+    from handlers import cpu_budget
+
+    from .service_settings import parse_cpu
+
+    settings = manifest_settings(target, manifest_name(name, target), compiled_repository, options)
+    if isinstance(settings, LambdaSettings):
+        count = cpu_budget.for_target(settings.vcpus, f"AWS Lambda {settings.memory_mb} MB = {settings.vcpus:.2f} vCPU")
+        return cpu_budget.plan(compiled_repository.models.values(), count, serial=True)
+    count = cpu_budget.for_target(parse_cpu(settings.cpu), f"{target} --cpu {settings.cpu}")
+    return cpu_budget.plan(compiled_repository.models.values(), count)
+
+
 def manifest_name(name: str, target: str) -> str:
     """A resource name for the target from an image name: Lambda allows A-Za-z0-9-_, Knative
     lowercase DNS labels (image names may hold '/', '.' and '_')."""

@@ -75,10 +75,10 @@ class Progress:
 
 
 def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    """The CPUs the runtime may use here, as its CPU budget counts them (affinity, cgroup quota)."""
+    from handlers.cpu_budget import available_cpus
+
+    return available_cpus().cpus
 
 
 def _compile(options: TuneOptions) -> tuple[dict, Path]:
@@ -104,7 +104,7 @@ def _compile(options: TuneOptions) -> tuple[dict, Path]:
 
 def _cost(options: TuneOptions, candidate: space.Candidate, level: load.Level, vcpus: int) -> pricing.Cost:
     if options.target == space.LAMBDA:
-        threads = candidate.intra_op_threads or 1
+        threads = candidate.cpus or candidate.intra_op_threads or vcpus
         return pricing.lambda_cost(level.mean_ms, options.batch_size, min(threads, vcpus))
     memory = options.memory_gib if options.memory_gib is not None else 2.0 * vcpus
     return pricing.cloud_run_cost(level.throughput, options.batch_size, vcpus, memory,
@@ -126,7 +126,7 @@ def _measure(options: TuneOptions, candidate: space.Candidate, compiled: Message
     repo = candidate_repository(model_dir, config, work / f"candidate-{index}")
     found: list[Measurement] = []
     progress.step(f"measuring {candidate.label()}")
-    with Server(repo, options.device, work / f"candidate-{index}.log") as server:
+    with Server(repo, options.device, work / f"candidate-{index}.log", cpus=candidate.cpus) as server:
         best_throughput = 0.0
         flat = 0
         for concurrency in _levels(options, candidate):
@@ -162,6 +162,10 @@ def _header(options: TuneOptions, report: TuneReport, chosen: Measurement) -> st
         f"p50 {level.p50_ms:.1f} ms, p95 {level.p95_ms:.1f} ms, p99 {level.p99_ms:.1f} ms.",
         f"Estimated ${chosen.cost.usd_per_million:.2f} per million inferences: {chosen.cost.basis}.",
     ]
+    if options.target == space.LAMBDA and chosen.candidate.cpus:
+        vcpus = chosen.candidate.cpus
+        lines.append(f"Give the function {pricing.lambda_memory_mb(vcpus)} MB of memory ({vcpus} vCPU(s)); the runtime's "
+                     "CPU budget gives its instance that many threads.")
     if report.baseline:
         base = max(report.baseline, key=lambda m: m.level.throughput)
         lines.append(f"config.pbtxt as it is: {base.level.throughput:.1f} infer/s at concurrency "
@@ -178,7 +182,8 @@ def _write(options: TuneOptions, report: TuneReport, chosen: Measurement, compil
     kind = "KIND_GPU" if options.device.startswith("gpu") else "KIND_CPU"
     tuned = space.apply(chosen.candidate, original, batching=batching, device_kind=kind)
     fields = (["max_batch_size", "dynamic_batching"] if batching else []) + ["instance_group"]
-    keys = [space.INTRA_OP] if chosen.candidate.intra_op_threads is not None and not chosen.candidate.baseline else []
+    keys = [space.INTRA_OP] if (chosen.candidate.intra_op_threads is not None or chosen.candidate.budget) \
+        and not chosen.candidate.baseline else []
     if chosen.candidate.baseline:
         fields = []
     report.tuned_path, report.kept_comments = write_tuned(model_dir, tuned, fields, keys,
@@ -215,15 +220,15 @@ def run(options: TuneOptions, progress: Progress | None = None) -> TuneReport:
             report.notes.append(
                 "AWS Lambda runs one request at a time per execution environment: the dynamic batcher never "
                 "sees two requests together and a second instance never runs, so tune measures concurrency 1 "
-                "and sweeps what Lambda's memory setting buys, vCPUs (ONNX Runtime intra-op threads; this "
-                "machine's cores stand in for Lambda vCPUs).")
-            for candidate in space.lambda_candidates(compiled, vcpus, config_json.get("backend", "")):
+                "and sweeps what Lambda's memory setting buys, vCPUs (the runtime runs on 1..N of this "
+                "machine's CPUs, which stand in for Lambda vCPUs; its CPU budget sets the threads).")
+            for candidate in space.lambda_candidates(compiled, vcpus):
                 report.measurements.extend(measure(candidate))
         else:
             sizes = options.max_batch_sizes or space.default_max_batch_sizes(compiled)
             counts = options.instance_counts or space.default_instance_counts(vcpus)
             stage_one: list[Measurement] = []
-            for candidate in space.stage_one(compiled, sizes, counts):
+            for candidate in space.stage_one(compiled, sizes, counts, vcpus):
                 stage_one.extend(measure(candidate))
             report.measurements.extend(stage_one)
             leader = frontier_module.best(stage_one, options.percentile, options.latency_budget_ms, cheapest=False) \

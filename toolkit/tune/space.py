@@ -10,10 +10,15 @@ serverless targets change:
   batch size equal to max_batch_size.
 - AWS Lambda (an execution environment serves one request at a time, so the dynamic batcher never
   sees two requests together and extra instances never run): the knob that matters is the
-  number of vCPUs, i.e. the memory setting. This machine's cores stand in for vCPUs: the sweep
-  is ONNX Runtime's intra-op threads, 1..cores, one instance, no queue delay, at concurrency 1.
+  number of vCPUs, i.e. the memory setting. The sweep gives the runtime 1..N of this machine's
+  CPUs (its CPU affinity: the CPUs stand in for vCPUs), one instance, no queue delay, at
+  concurrency 1, for every backend.
 
-The user's own configuration is always measured too (the baseline).
+Thread counts follow the runtime's CPU budget (handlers/cpu_budget.py), as they will where the
+model is deployed: every candidate but the baseline drops the config's explicit
+intra_op_thread_count, so each instance gets its share of the CPUs the runtime is given (Cloud
+Run: CPUs / instances; Lambda: all the vCPUs), and the tuned config leaves it unset too. The
+user's own configuration is always measured too (the baseline, explicit counts and all).
 """
 
 from __future__ import annotations
@@ -36,8 +41,17 @@ class Candidate:
     instance_count: int
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: int = 0
-    intra_op_threads: int | None = None  # None: as configured
+    intra_op_threads: int | None = None  # None: as configured, or the CPU budget's with `budget`
     baseline: bool = False  # the user's configuration as it is
+    cpus: int | None = None  # CPUs the runtime is given (Lambda: vCPUs); None: all of this machine's
+    budget: bool = False  # threads from the runtime's CPU budget (explicit intra-op counts dropped)
+
+    @property
+    def budget_threads(self) -> int | None:
+        """Threads per instance the runtime's CPU budget gives this candidate (one model)."""
+        if not self.budget or self.cpus is None:
+            return None
+        return max(1, self.cpus // max(1, self.instance_count))
 
     def label(self) -> str:
         if not self.dynamic_batching:
@@ -49,6 +63,8 @@ class Candidate:
         parts = [f"max_batch_size {self.max_batch_size}", batching, f"{self.instance_count} instance(s)"]
         if self.intra_op_threads is not None:
             parts.append(f"{self.intra_op_threads} intra-op thread(s)")
+        elif self.budget_threads is not None:
+            parts.append(f"{self.cpus} CPU(s): {self.budget_threads} thread(s) per instance (CPU budget)")
         return ("baseline: " if self.baseline else "") + ", ".join(parts)
 
 
@@ -101,6 +117,8 @@ def apply(candidate: Candidate, config: Message, *, batching: bool | None = None
     group.kind = ModelInstanceGroup.Kind.Value(kind)
     if candidate.intra_op_threads is not None:
         tuned.parameters[INTRA_OP].string_value = str(candidate.intra_op_threads)
+    elif candidate.budget and INTRA_OP in tuned.parameters:
+        del tuned.parameters[INTRA_OP]  # the runtime's CPU budget decides
     return tuned
 
 
@@ -123,10 +141,11 @@ def default_instance_counts(cores: int) -> list[int]:
     return list(range(1, max(1, min(4, cores)) + 1))
 
 
-def stage_one(config: Message, max_batch_sizes: list[int], instance_counts: list[int]) -> list[Candidate]:
+def stage_one(config: Message, max_batch_sizes: list[int], instance_counts: list[int],
+              cpus: int | None = None) -> list[Candidate]:
     batching = config.max_batch_size > 0
     return [
-        Candidate(max_batch_size=size, dynamic_batching=batching, instance_count=count)
+        Candidate(max_batch_size=size, dynamic_batching=batching, instance_count=count, cpus=cpus, budget=True)
         for size in (max_batch_sizes if batching else [0])
         for count in instance_counts
     ]
@@ -145,12 +164,11 @@ def stage_two(best: Candidate, queue_delays_us: list[int]) -> list[Candidate]:
     return found
 
 
-def lambda_candidates(config: Message, cores: int, backend: str) -> list[Candidate]:
-    """One instance, no queue delay; intra-op threads 1..cores for ONNX Runtime models."""
-    threads = list(range(1, max(1, cores) + 1)) if backend == "onnxruntime" else [None]
+def lambda_candidates(config: Message, cores: int) -> list[Candidate]:
+    """One instance, no queue delay, on 1..cores CPUs (vCPUs); threads from the CPU budget."""
     return [
         Candidate(max_batch_size=config.max_batch_size, dynamic_batching=config.HasField("dynamic_batching"),
                   instance_count=1, preferred_batch_sizes=tuple(config.dynamic_batching.preferred_batch_size),
-                  max_queue_delay_us=0, intra_op_threads=count)
-        for count in threads
+                  max_queue_delay_us=0, cpus=count, budget=True)
+        for count in range(1, max(1, cores) + 1)
     ]

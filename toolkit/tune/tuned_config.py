@@ -131,7 +131,7 @@ class TunedText:
 
 def tuned_text(original: str, tuned: Message, fields: list[str], parameter_keys: list[str], header: str) -> TunedText:
     """`original` with `fields` (top-level field names) and the `parameters` entries of
-    `parameter_keys` replaced by their values in `tuned`."""
+    `parameter_keys` replaced by their values in `tuned` (removed where `tuned` has none)."""
     spans = top_level_fields(original) if original.strip() else []
     replacements: list[tuple[int, int, str]] = []
     missing: list[str] = []
@@ -147,11 +147,11 @@ def tuned_text(original: str, tuned: Message, fields: list[str], parameter_keys:
         elif new:
             missing.append(new)
     for key in parameter_keys:
-        new = _field_text(tuned, "parameters", key)
+        new = _field_text(tuned, "parameters", key) if key in tuned.parameters else ""  # absent: removed
         matching = [s for s in spans if s.name == "parameters" and _parameter_key(original[s.start:s.end]) == key]
         if matching:
             replacements.append((matching[0].start, matching[0].end, new))
-        else:
+        elif new:
             missing.append(new)
     text = original
     for start, end, new in sorted(replacements, reverse=True):

@@ -116,11 +116,21 @@ def instance_mode(spec: Any, version: int) -> str:
 
 def create_instance(spec: Any, version: int, slot: Any) -> Any:
     """One instance of a Python model (the backend contract, handlers/backends/__init__.py)."""
-    return new_instance(spec, version, slot.name, slot.kind, slot.device_id)
+    return new_instance(spec, version, slot.name, slot.kind, slot.device_id, getattr(slot, "threads", None))
 
 
-def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> Any:
-    """One instance of a Python model, named `name`, on `kind` / `device_id`."""
+def explicit_threads(config: Any) -> int | None:
+    """The CPU budget's hook (handlers/cpu_budget.py): a model process's numeric libraries use
+    OMP_NUM_THREADS when the serving environment sets it."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
+                 threads: int | None = None) -> Any:
+    """One instance of a Python model, named `name`, on `kind` / `device_id`. `threads`: its CPU
+    budget, given to a model process as OMP_NUM_THREADS and friends (handlers/cpu_budget.py); an
+    in-process instance shares the serving process's environment and gets none."""
     policy = spec.config.get("model_transaction_policy") or {}
     if policy.get("decoupled"):
         raise PythonModelLoadError(
@@ -138,7 +148,7 @@ def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", dev
     from .process_instance import ModelProcessError, ProcessInstance
 
     try:
-        return ProcessInstance(spec, version, name, kind, device_id)
+        return ProcessInstance(spec, version, name, kind, device_id, threads=threads)
     except ModelProcessError as exc:
         raise PythonModelLoadError(str(exc)) from None
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import handlers
 
+from ...cpu_budget import thread_environment
 from ...errors import internal
 from ...inference import InferOutcome, InferRequest
 from . import conversion
@@ -57,8 +58,10 @@ class ProcessInstance:
     """One model instance, executed by a model process. `execute` is called by one batcher
     worker thread at a time."""
 
-    def __init__(self, spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> None:
+    def __init__(self, spec: Any, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
+                 threads: int | None = None) -> None:
         self.spec = spec
+        self.threads = threads  # CPU budget: OMP_NUM_THREADS etc. of the model process
         self.version = version
         self.name = name
         self.kind = kind
@@ -83,6 +86,7 @@ class ProcessInstance:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_HANDLERS_ROOT, env.get("PYTHONPATH", "")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env.update(thread_environment(self.threads, env))
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", STUB_MODULE, str(child.fileno())],

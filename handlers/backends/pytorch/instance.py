@@ -126,7 +126,10 @@ class PyTorchInstance:
     """One model instance: its module (or the version's shared one), run by one batcher worker
     thread at a time."""
 
-    def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0) -> None:
+    def __init__(
+        self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
+        threads: int | None = None,
+    ) -> None:
         torch = self.torch = _torch()
         self.name, self.kind, self.device_id = name, kind, device_id
         self.spec, self.version = spec, version
@@ -136,6 +139,8 @@ class PyTorchInstance:
         except ConfigError as exc:
             raise ModelLoadError(exc.message) from None
         settings.apply_thread_counts(torch, spec.name, self.parameters.intra_op_threads, self.parameters.inter_op_threads)
+        if self.parameters.intra_op_threads is None and threads is not None:
+            settings.apply_budget_threads(torch, spec.name, threads)
         self.device = placement(torch, kind, device_id, spec.name)
         path = Path(spec.model_files[version])
         if path.is_dir():

@@ -8,6 +8,11 @@ later model asking for another count is told so in the log and keeps the first o
 2.51 let the last model's intra-op count win and failed a second inter-op setting.) torch accepts
 the inter-op count only before its inter-op pool starts; the load sets it before any model runs.
 
+Where no model sets INTRA_OP_THREAD_COUNT, the CPU budget (handlers/cpu_budget.py) sizes the
+pool: to the smallest share it gives the process's torch instances, so that forwards running
+at the same time use no more threads than there are CPUs (tritonserver leaves torch's default,
+all cores, to every instance). An explicit count always wins over the budget.
+
 ENABLE_JIT_PROFILING, ENABLE_JIT_EXECUTOR and ENABLE_TENSOR_FUSER are process-wide too: as in
 tritonserver, a model that sets them sets them before each of its executions, so models that
 disagree overwrite each other's setting. DISABLE_CUDNN likewise (torch.backends.cudnn.enabled).
@@ -24,6 +29,7 @@ log = logging.getLogger("handlers.pytorch")
 
 _lock = threading.Lock()
 _chosen: dict[str, tuple[int, str]] = {}  # "intra" / "inter" -> (count, model that set it)
+_budget: dict[str, tuple[int, str]] = {}  # "intra" -> (the smallest budget share so far, its model)
 
 
 def apply_thread_counts(torch, model: str, intra: int | None, inter: int | None) -> None:
@@ -50,6 +56,20 @@ def apply_thread_counts(torch, model: str, intra: int | None, inter: int | None)
                     "first (torch has one thread pool per process, as in tritonserver); keeping %d",
                     model, key, wanted, chosen[1], chosen[0], chosen[0],
                 )
+
+
+def apply_budget_threads(torch, model: str, share: int) -> None:
+    """Size the intra-op pool to a budget share (handlers/cpu_budget.py), unless a model's
+    INTRA_OP_THREAD_COUNT set it: the smallest share seen wins."""
+    with _lock:
+        if "intra" in _chosen:
+            return  # explicit counts win
+        current = _budget.get("intra")
+        if current is not None and current[0] <= share:
+            return
+        torch.set_num_threads(share)
+        _budget["intra"] = (share, model)
+        log.info("Intra-op thread count is set to %d for model '%s' (CPU budget, process-wide)", torch.get_num_threads(), model)
 
 
 def chosen_thread_counts() -> dict[str, int]:

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The GPU proof in one command: installs the [gpu] extra into its own venv (.venv-gpu, never the
+# CPU .venv: onnxruntime and onnxruntime-gpu must not meet) with the CUDA 12 libraries and the
+# TensorRT 10 libraries onnxruntime-gpu's providers load, then runs bench/gpu.py: the OCR sample
+# and the guide's text_recognition on the CUDA and TensorRT (FP16) providers, against the CPU.
+#
+#   scripts/gpu-check.sh [bench/gpu.py options]       # install from PyPI, run, write bench/results/
+#   scripts/gpu-check.sh --check                       # without a GPU too: the CPU part, then the plan
+#   scripts/gpu-check.sh --prepare DIR                 # download every wheel + the OCR weights into DIR
+#   scripts/gpu-check.sh --offline DIR [options]       # install from DIR only (no network), then run
+#   scripts/gpu-check.sh --print-requirements          # what the GPU venv gets, one requirement a line
+#
+# A GPU machine without network access: run `--prepare DIR` on a machine with PyPI (same CPU
+# architecture; the wheels are for this interpreter's Python, or PYTHON=python3.X), copy DIR
+# there (about 3.5 GB: onnxruntime-gpu ~0.3, cuDNN + cuBLAS + cuFFT ~1.3, tensorrt-cu12-libs ~2),
+# then `--offline DIR`. The wheelhouse is too large to travel with a repository copy.
+#
+# Versions: onnxruntime-gpu and the CUDA 12 libraries are those of the GPU images (the CUDA 12
+# line of toolkit/build/runtime_deps.py: onnxruntime-gpu 1.26.0, the last CUDA 12 release);
+# its TensorRT provider links libnvinfer.so.10 and libnvonnxparser.so.10 (readelf on the wheel),
+# so TensorRT comes from NVIDIA's tensorrt-cu12-libs 10.x. On PyPI that is a source stub whose
+# build downloads the real wheel from NVIDIA's own package index: where that index cannot be
+# reached the TensorRT libraries are left out (a warning) and bench/gpu.py reports the tensorrt
+# modes as not runnable; --prepare builds the real wheel (`pip wheel`) so that --offline needs no
+# network. bench/gpu.py puts the wheels' library folders on LD_LIBRARY_PATH for its servers.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+py=${PYTHON:-python3}
+venv=${TOOLKIT_GPU_VENV:-$root/.venv-gpu}
+TENSORRT="tensorrt-cu12-libs>=10.14,<11"
+
+mode=online
+wheelhouse=""
+case "${1:-}" in
+  --prepare|--offline)
+    [ $# -ge 2 ] || { echo "usage: $0 $1 DIR" >&2; exit 2; }
+    mode=${1#--}
+    wheelhouse=$(mkdir -p "$2" && cd "$2" && pwd)
+    shift 2
+    ;;
+esac
+
+# The CUDA line's pins, read from the build's own table (runtime_deps.py needs only the stdlib).
+mapfile -t cuda_line < <("$py" - "$root/toolkit/build/runtime_deps.py" <<'EOF'
+import importlib.util
+import sys
+
+spec = importlib.util.spec_from_file_location("runtime_deps", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules["runtime_deps"] = module
+spec.loader.exec_module(module)
+line = module.CUDA_LINES[module.DEFAULT_CUDA_MAJOR]
+print(line.onnxruntime.spec)
+for library in line.libraries:
+    print(library.spec)
+EOF
+)
+requirements=("${cuda_line[@]}" "pillow>=10.1")
+if [ "${1:-}" = "--print-requirements" ]; then
+  printf '%s\n' "$root[gpu,tune]" "${requirements[@]}" "$TENSORRT"
+  exit 0
+fi
+no_tensorrt() {
+  echo "warning: $TENSORRT could not be installed (its PyPI package is a stub that downloads from NVIDIA's" \
+       "package index): the tensorrt modes will be reported as not runnable" >&2
+}
+
+if [ "$mode" = prepare ]; then
+  echo "==> downloading the GPU venv's wheels into $wheelhouse"
+  "$py" -m pip download -q -d "$wheelhouse" "setuptools>=77" wheel "$root[gpu,tune]" "${requirements[@]}"
+  "$py" -m pip wheel -q --no-deps -w "$wheelhouse" "$TENSORRT" || no_tensorrt
+  echo "==> the OCR sample's weights (rapidocr wheel) into $wheelhouse/ocr"
+  "$py" samples/ocr/prepare.py --cache-dir "$wheelhouse/ocr" >/dev/null
+  du -sh "$wheelhouse"
+  echo "copy $wheelhouse to the GPU machine, then: scripts/gpu-check.sh --offline DIR"
+  exit 0
+fi
+
+if [ ! -x "$venv/bin/python" ]; then
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.toolkit-gpu-installed"
+want="$(printf '%s ' "${requirements[@]}") $(sha256sum pyproject.toml | cut -c1-16)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "==> installing the [gpu] extra into $venv"
+  if [ "$mode" = offline ]; then
+    "$venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "setuptools>=77" wheel
+    "$venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" --no-build-isolation \
+      -e "$root[gpu,tune]" "${requirements[@]}"
+    "$venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$TENSORRT" || no_tensorrt
+  else
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    "$venv/bin/python" -m pip install -q -e "$root[gpu,tune]" "${requirements[@]}"
+    "$venv/bin/python" -m pip install -q "$TENSORRT" || no_tensorrt
+  fi
+  echo "$want" > "$stamp"
+fi
+extra=()
+if [ "$mode" = offline ] && [ -d "$wheelhouse/ocr" ]; then
+  extra=(--ocr-cache "$wheelhouse/ocr")
+fi
+exec "$venv/bin/python" bench/gpu.py "${extra[@]}" "$@"

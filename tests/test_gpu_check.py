@@ -1,0 +1,94 @@
+"""The GPU proof (scripts/gpu-check.sh, bench/gpu.py) up to the point where a GPU is needed: it
+detects what is missing here, runs the CPU mode against a real `toolkit serve`, compiles the
+CUDA and TensorRT repositories for `--device gpu` (the seeds' optimization block included), and
+says exactly what it would run on a GPU. No GPU is lent to CI: the GPU modes themselves run
+only on a machine with one (docs/performance.md, "The GPU proof")."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import gpu  # noqa: E402
+
+
+def test_gpu_check_runs_everything_but_the_gpu_and_prints_the_plan(tmp_path):
+    """A quick check: text_recognition at x0.25 width (the full width is the same code, slower)."""
+    work = tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu.py"), "--check", "--models", "text_recognition", "--width", "0.25",
+         "--window", "1", "--concurrency", "2", "--work", str(work), "--out", str(tmp_path / "results")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = done.stdout + done.stderr
+    if shutil.which("nvidia-smi") is not None:
+        pytest.skip("this machine has an NVIDIA driver: the GPU modes ran (see the output)")
+    assert done.returncode == 0, out
+    assert "text_recognition [cpu]: toolkit serve" in out and "infer/s at c2" in out
+    assert "No usable NVIDIA GPU here:" in out and "no nvidia-smi: no NVIDIA driver on this machine" in out
+    assert "onnxruntime has no CUDAExecutionProvider" in out
+    assert "TensorRT 10 libraries (libnvinfer.so.10, libnvonnxparser.so.10" in out
+    for mode in ("cuda", "tensorrt cold", "tensorrt warm"):
+        assert f"text_recognition [{mode}]: toolkit serve {work}/repos/text_recognition-{mode.split()[0]} --device gpu" in out
+    assert f"TOOLKIT_TRT_CACHE_DIR={work}/trt-cache emptied first" in out
+    assert not (tmp_path / "results").exists()  # results are written for GPU runs only
+    # the repositories the GPU modes would serve: the guide's config on KIND_GPU, TensorRT FP16 for tensorrt
+    config = (work / "repos" / "text_recognition-tensorrt" / "text_recognition" / "config.pbtxt").read_text()
+    assert "kind: KIND_GPU" in config and 'parameters { key: "precision_mode" value: "FP16" }' in config
+    assert gpu.compile_check(work / "repos" / "text_recognition-tensorrt", "tensorrt cold") == []
+
+
+def test_without_check_a_machine_without_gpu_exits_2(tmp_path):
+    code = gpu.main(["--models", "text_recognition", "--width", "0.25", "--window", "1", "--concurrency", "1",
+                     "--work", str(tmp_path / "w"), "--out", str(tmp_path / "r")]) \
+        if shutil.which("nvidia-smi") is None else pytest.skip("an NVIDIA driver is here")
+    assert code == 2
+
+
+def test_the_tensorrt_repository_carries_the_seeds_optimization_block(tmp_path):
+    onnx, how = gpu.text_recognition_onnx(tmp_path / "m.onnx", width=0.25)
+    repo = gpu.text_repository(tmp_path, "tensorrt warm", onnx)
+    from toolkit.repository.compile import compile_repository
+
+    config = compile_repository(repo, None, "gpu").models["text_recognition"].config
+    accelerator = config["optimization"]["execution_accelerators"]["gpu_execution_accelerator"][0]
+    assert accelerator["name"] == "tensorrt"
+    assert accelerator["parameters"] == {"precision_mode": "FP16", "max_workspace_size_bytes": "1073741824"}
+    assert config["optimization"]["graph"]["level"] == 1
+    assert [(g["kind"], g["count"]) for g in config["instance_group"]] == [("KIND_GPU", 2)]
+    assert "onnx.helper" in how
+
+
+def test_outputs_are_compared_relative_to_their_scale_and_by_argmax():
+    rng = np.random.default_rng(0)
+    reference = rng.standard_normal((4, 26, 37)).astype(np.float32) * 10
+    close = reference + 0.01
+    assert gpu.compare_text(reference, close, "cuda")["ok"]
+    fp16 = reference.astype(np.float16).astype(np.float32)
+    assert gpu.compare_text(reference, fp16, "tensorrt cold")["ok"]
+    wrong = reference.copy()
+    wrong[:, :, 0] += 50  # the argmax moves everywhere
+    result = gpu.compare_text(reference, wrong, "cuda")
+    assert not result["ok"] and result["argmax_agreement"] < 0.5
+    lines = [("HELLO TRITON", 0.98, [10, 10, 200, 40])]
+    assert gpu.compare_ocr(lines, [("HELLO TRITON", 0.97, [11, 10, 200, 41])], "cuda")["ok"]
+    assert not gpu.compare_ocr(lines, [("HELL0 TRITON", 0.97, [11, 10, 200, 41])], "cuda")["ok"]
+
+
+def test_gpu_check_installs_the_cuda_12_line_and_tensorrt_10():
+    """The venv gets the GPU images' onnxruntime-gpu (the CUDA 12 line) and the TensorRT 10
+    libraries its TensorRT provider links (libnvinfer.so.10)."""
+    from toolkit.build.runtime_deps import CUDA_LINES
+
+    out = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--print-requirements"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout.splitlines()
+    assert out[0].endswith("[gpu,tune]")
+    assert out[1:] == [CUDA_LINES[12].onnxruntime.spec, *(lib.spec for lib in CUDA_LINES[12].libraries),
+                       "pillow>=10.1", "tensorrt-cu12-libs>=10.14,<11"]
