@@ -576,3 +576,13 @@ def test_dynamic_batching_over_two_instances_with_a_gate(repo):
         for gated in instances:
             gated.gate.release(100)
         batcher.stop(drain=False, timeout=WAIT)
+
+
+def test_an_optional_input_missing_from_a_request_is_refused(repo):
+    """The forward needs every argument: tritonserver would call it with fewer; refused here."""
+    add_sub_model(repo, "m", ["INPUT__0", "INPUT__1"], ["OUTPUT__0"])
+    config = repo / "m" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ]', 'name: "INPUT__1" data_type: TYPE_FP32 dims: [ 4 ] optional: true'))
+    error = instance(repo, "m").execute([request("m", {"INPUT__0": np.ones((1, 4), np.float32)})])[0]
+    assert isinstance(error, InferenceError) and error.code == ErrorCode.INVALID_ARG
+    assert error.message == "model 'm': input 'INPUT__1' is optional in the config, but the TorchScript forward needs every argument"
