@@ -369,7 +369,15 @@ def _download_alone(runtime: RuntimeSet, base: BaseImage, dest: Path, progress: 
         command = [*_pip_base(base), "--dest", str(dest), "--no-deps"]
         if index:
             command += ["--extra-index-url", index]
-        _run_pip([*command, *specs], ", ".join(specs) + (f" (from {index})" if index else ""), progress)
+        try:
+            _run_pip([*command, *specs], ", ".join(specs) + (f" (from {index})" if index else ""), progress)
+        except BuildError as exc:
+            if not index:
+                raise
+            raise BuildError(
+                f"{exc.message}: this machine must reach {index}, or a mirror of it named by the requirement's "
+                "override (docs/backends.md: TOOLKIT_TORCH_INDEX_URL for PyTorch)", detail=exc.detail,
+            ) from None
     found = {Wheel.from_file(p).name: p for p in dest.glob("*.whl")}
     for requirement in runtime.no_deps:
         if canonical_name(requirement.name) not in found:
