@@ -18,6 +18,7 @@ from typing import Any
 
 from . import cpu_budget
 from .backends import backend_module
+from .backends.ensemble import EnsembleScheduler
 from .batching import DynamicBatcher
 from .errors import InferenceError, not_found, unavailable
 from .inference import InferRequest, InferResponse
@@ -195,8 +196,6 @@ class ModelRepository:
         return depth
 
     def _load_ensemble(self, model: LoadedModel) -> None:
-        from .backends.ensemble import EnsembleScheduler
-
         scheduler = EnsembleScheduler(model.spec, model.version, self, model.statistics)
         for name, version in scheduler.composing_models():
             by_version = self.models.get(name, {})

@@ -4,13 +4,16 @@ A backend's distributions are its requirements (runtime_deps.BACKEND_RUNTIME) an
 depend on in the wheelhouse (the dependencies each wheel declares for the image, less those a
 requirement skips), minus what the rest of the image needs anyway: the runtime's own
 requirements and the other backends'. So the size is what leaving the backend's models out of
-the repository would save. Sizes are installed sizes (the files in the wheels, uncompressed),
-the measure of what an image layer grows by.
+the repository would save. Sizes are installed sizes (the files in the wheels, uncompressed,
+less those the image prunes: RuntimeRequirement.prune), the measure of what an image layer grows
+by.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import zipfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,10 +29,16 @@ class Footprint:
     installed_bytes: int
 
 
-def installed_size(path: Path) -> int:
-    """The bytes a wheel's files take once installed (their uncompressed sizes)."""
+def installed_size(path: Path, prune: Iterable[str] = ()) -> int:
+    """The bytes a wheel's files take once installed (their uncompressed sizes), less the files
+    matching `prune` (globs relative to the install folder; a folder's files with it)."""
+    globs = [g for p in prune for g in (p, f"{p}/*")]
     with zipfile.ZipFile(path) as archive:
-        return sum(info.file_size for info in archive.infolist() if not info.is_dir())
+        return sum(
+            info.file_size
+            for info in archive.infolist()
+            if not info.is_dir() and not any(fnmatch.fnmatchcase(info.filename, g) for g in globs)
+        )
 
 
 def _closure(roots: set[str], edges: dict[str, set[str]]) -> set[str]:
@@ -73,7 +82,7 @@ def backend_footprints(runtime: RuntimeSet, wheelhouse: Wheelhouse, base: BaseIm
             Footprint(
                 backends,
                 {name: wheels[name].version for name in own},
-                sum(installed_size(wheelhouse.directory / wheels[name].filename) for name in own),
+                sum(installed_size(wheelhouse.directory / wheels[name].filename, runtime.prune) for name in own),
             )
         )
     return footprints

@@ -44,7 +44,14 @@ from .report import (
     model_entries,
     target_warnings,
 )
-from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_requirements
+from .runtime_deps import (
+    CUDA_LINES,
+    DEFAULT_CUDA_MAJOR,
+    PROTOCOLS,
+    check_wheels_exist,
+    runtime_backends,
+    runtime_requirements,
+)
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
 from .wheelhouse import ModelRequirements, build_wheelhouse
 
@@ -91,6 +98,7 @@ class BuildOptions:
     refresh_wheels: bool = False
     auto_complete: bool = True
     wheel_cache: Path | None = None
+    protocol: str = "http"  # cloudrun / knative: "grpc" serves inference.GRPCInferenceService on $PORT
 
 
 @dataclass
@@ -113,6 +121,13 @@ def _check_options(options: BuildOptions) -> Target:
         raise BuildOptionError(f"unknown device '{options.device}': choose auto, cpu or gpu")
     if options.device == "gpu" and not target.gpu:
         raise BuildOptionError(f"{target.name} has no GPU: build with --device cpu (KIND_GPU models are mapped to CPU)")
+    if options.protocol not in PROTOCOLS:
+        raise BuildOptionError(f"unknown protocol '{options.protocol}': choose {' or '.join(PROTOCOLS)}")
+    if options.protocol == "grpc" and not target.server:
+        raise BuildOptionError(
+            f"{target.name} has no gRPC (a function is invoked with HTTP events): build with --protocol http and "
+            "drive it with gRPC clients through `toolkit proxy URL --grpc-port 8001`"
+        )
     if options.cuda not in CUDA_LINES:
         raise BuildOptionError(f"unsupported CUDA major {options.cuda}: choose {' or '.join(map(str, CUDA_LINES))}")
     if options.name is not None and not _NAME.match(options.name):
@@ -208,32 +223,65 @@ def _model_requirements(compiled: CompiledRepository) -> list[ModelRequirements]
 
 def _metrics_text(url: str) -> str:
     """The runtime's /metrics (each model's load and warmup seconds), or '' when it cannot be read."""
+    import http.client
     import urllib.request
 
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             return response.read().decode("utf-8", "replace")
-    except OSError:
+    except (OSError, http.client.HTTPException):
         return ""
 
 
-def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> tuple[ColdStart, str]:
+def measure_cold_start(builder: Builder, image: str, ui: BuildUI, protocol: str = "http") -> tuple[ColdStart, str]:
     """Start the image as Cloud Run would (read-only root, writable /tmp, non-root) and time it
-    until /v2/health/ready answers 200 (models loaded and warmed up). Returns the cold start and
-    the runtime's /metrics text read right after (each model's share of it)."""
+    until it is ready (models loaded and warmed up): /v2/health/ready answers 200, or for a gRPC
+    image the grpc.health.v1 check answers SERVING. Returns the cold start and the runtime's
+    /metrics text read right after (each model's share of it; '' for a gRPC image, whose one port
+    speaks gRPC only)."""
     port = free_port()
     ui.step(f"measuring cold start of {image}")
     start = time.monotonic()
     container = run_service(builder, image, port)
     try:
-        ready = wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", READY_TIMEOUT_S, lambda: builder.running(container))
+        alive = lambda: builder.running(container)  # noqa: E731
+        if protocol == "grpc":
+            ready = wait_grpc_serving(f"127.0.0.1:{port}", READY_TIMEOUT_S, alive)
+            what = "container start to gRPC health SERVING, this host"
+        else:
+            ready = wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", READY_TIMEOUT_S, alive)
+            what = "container start to /v2/health/ready, this host"
         if ready is None:
             raise BuildError(f"{image} did not become ready within {READY_TIMEOUT_S:.0f} s", detail=builder.logs(container)[-3000:])
         seconds = round(time.monotonic() - start, 2)
-        metrics = _metrics_text(f"http://127.0.0.1:{port}/metrics")
-        return ColdStart(seconds, True, "container start to /v2/health/ready, this host"), metrics
+        metrics = "" if protocol == "grpc" else _metrics_text(f"http://127.0.0.1:{port}/metrics")
+        return ColdStart(seconds, True, what), metrics
     finally:
         builder.remove_container(container)
+
+
+def wait_grpc_serving(address: str, timeout_s: float, alive) -> float | None:
+    """Seconds until the grpc.health.v1 check of `address` answers SERVING (None: timeout, or the
+    container stopped)."""
+    try:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except ImportError:
+        raise BuildError("measuring a gRPC image needs grpcio: pip install 'triton-serverless-toolkit[grpc]'") from None
+    start = time.monotonic()
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() - start < timeout_s:
+            if not alive():
+                return None
+            try:
+                answer = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return time.monotonic() - start
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    return None
 
 
 def measure_lambda_cold_start(builder: Builder, image: str, platform: str, ui: BuildUI) -> tuple[ColdStart, str]:
@@ -285,12 +333,18 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     compiled, device, gpu_models = _compile(options, target, ui)
     base = _describe_base(options, target, builder, ui)
     gpu = device == "gpu"
+    try:
+        backends = runtime_backends((model.config for model in compiled.models.values()), gpu=gpu)
+        check_wheels_exist(backends, base.arch, base.python, base.glibc)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
     runtime = runtime_requirements(
         server=target.server,
         aws_lambda=target.name == "lambda",
         runtime_client=not base.lambda_base,
         gpu_cuda=options.cuda if gpu else None,
-        backends={model.backend for model in compiled.models.values()},
+        backends=backends,
+        protocol=options.protocol,
     )
     layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT
     name = options.name or default_image_name(compiled.root)
@@ -328,7 +382,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         repository_digest=context.repository_digest, builder=builder.name if builder else "none", build_command=command,
         models=models, backends=backend_entries(compiled, backend_footprints(runtime, wheelhouse, base)),
         python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
-        warnings=target_warnings(target, compiled, gpu_models),
+        warnings=target_warnings(target, compiled, gpu_models), python_instance_mode=target.python_instance_mode,
     )
     if runtime.cuda is not None:
         frameworks = [r.spec for requirements in runtime.backends.values() for r in requirements if r.imports]
@@ -343,12 +397,14 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         )
     write_metadata(context, {
         "toolkit_version": __version__, "name": name, "tag": tag, "image": reference, "push": pushed,
-        "target": target.name, "platform": plan.platform, "device": device, "base_image": base.reference,
+        "target": target.name, "protocol": options.protocol, "platform": plan.platform, "device": device, "base_image": base.reference,
         "python": base.python, "base_image_source": base.source, "labels": context.labels, "build_command": command,
         "models": {m.name: m.versions for m in models},
     })
     report_path = context.directory / "build-report.json"
-    report.manifests = [str(p) for p in _write_deploy_manifests(target.name, context.directory, pushed or reference, name, compiled)]
+    report.manifests = [
+        str(p) for p in _write_deploy_manifests(target.name, context.directory, pushed or reference, name, compiled, options.protocol)
+    ]
     _add_cpu_budget(report, target.name, name, compiled)
 
     if target.max_image_bytes is not None and sum(context.model_bytes.values()) > target.max_image_bytes:
@@ -375,7 +431,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
     elif options.measure_cold_start:
         if target.server:
-            report.cold_start, metrics = measure_cold_start(builder, reference, ui)
+            report.cold_start, metrics = measure_cold_start(builder, reference, ui, options.protocol)
         else:
             report.cold_start, metrics = measure_lambda_cold_start(builder, reference, plan.platform, ui)
         add_ready_seconds(report.backends, compiled, metrics)
@@ -407,10 +463,14 @@ def _add_cpu_budget(report: BuildReport, target: str, name: str, compiled: Compi
         entry.cpu_threads = threads.get(entry.name, "")
 
 
-def _write_deploy_manifests(target: str, context_dir: Path, image: str, name: str, compiled) -> list[Path]:
+def _write_deploy_manifests(target: str, context_dir: Path, image: str, name: str, compiled, protocol: str = "http") -> list[Path]:
     """The target's deployment manifest (SAM template.yaml, Cloud Run or Knative service.yaml)
     beside the image, for teams that deploy through infrastructure as code."""
     from ..deploy.manifests import write_manifests
+    from ..deploy.service_settings import ServiceOverrides
     from .context import DEPLOY_FOLDER
 
-    return write_manifests(target, context_dir / DEPLOY_FOLDER, image=image, name=name, compiled_repository=compiled)
+    options = ServiceOverrides(protocol=protocol) if protocol != "http" else None
+    return write_manifests(
+        target, context_dir / DEPLOY_FOLDER, image=image, name=name, compiled_repository=compiled, options=options
+    )

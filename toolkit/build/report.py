@@ -20,8 +20,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from handlers.backends.python import AUTO, IN_PROCESS, PROCESS
+
 from ..repository.compile import CompiledRepository
 from .builders import Layer
+from .runtime_deps import runtime_backends
 from .targets import Target
 
 # Estimate constants (documented in docs/build.md): image fetch + unpack throughput, the Python
@@ -109,6 +112,8 @@ class BuildReport:
     pushed: str | None = None
     manifests: list[str] = field(default_factory=list)  # deployment manifests (IaC) written beside the image
     build_seconds: float | None = None
+    # TOOLKIT_PYTHON_INSTANCE_MODE baked into the image: where python models' instances run
+    python_instance_mode: str | None = None
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -138,6 +143,8 @@ class BuildReport:
         if self.cold_start:
             kind = "measured" if self.cold_start.measured else "estimated"
             rows.append(("cold start", f"{self.cold_start.seconds:.1f} s {kind} ({self.cold_start.how})"))
+        if self.python_instance_mode and any(m.backend == "python" for m in self.models):
+            rows.append(("python instances", python_instances_text(self.python_instance_mode)))
         if self.cpu_budget:
             rows.append(("CPU budget", self.cpu_budget["summary"].removeprefix("CPU budget: ")))
         if self.build_seconds is not None:
@@ -184,6 +191,16 @@ class BuildReport:
         console.print(deps)
 
 
+def python_instances_text(mode: str) -> str:
+    """Where python models' instances run in the image, for the report."""
+    where = {
+        PROCESS: "each in a model process of its own: a model that crashes fails only its own requests",
+        AUTO: "in the serving process when a model has one instance (faster cold start), else in model processes",
+        IN_PROCESS: "in the serving process",
+    }.get(mode, mode)
+    return f"{where} (TOOLKIT_PYTHON_INSTANCE_MODE={mode})"
+
+
 def _short(created_by: str, width: int = 100) -> str:
     text = " ".join(created_by.replace("/bin/sh -c #(nop) ", "").split())
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -212,7 +229,7 @@ def backend_entries(compiled: CompiledRepository, footprints: list) -> list[Back
     """One entry per footprint (toolkit/build/footprint.py), with the models that need it."""
     entries = []
     for footprint in footprints:
-        models = sorted(n for n, m in compiled.models.items() if m.backend in footprint.backends)
+        models = sorted(n for n, m in compiled.models.items() if runtime_backends([m.config]) & set(footprint.backends))
         entries.append(BackendEntry(list(footprint.backends), models, dict(footprint.distributions), footprint.installed_bytes))
     return entries
 

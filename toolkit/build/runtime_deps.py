@@ -1,8 +1,11 @@
 """What the `handlers` runtime needs inside an image: declared here, once.
 
 The image installs exactly these distributions (plus their own dependencies, resolved by pip for
-the image's platform and Python) and nothing of the build-time side: never toolkit, protobuf,
-onnx, jinja2, boto3 or tritonclient. The version floors match pyproject.toml's (a test checks).
+the image's platform and Python) and nothing of the build-time side: never toolkit, onnx, jinja2,
+boto3 or tritonclient, and protobuf only in gRPC images (`--protocol grpc`), whose Triton messages
+need it: those images carry grpcio, grpcio-health-checking and protobuf, plus tritonclient's
+generated modules copied as files (toolkit/build/grpc_modules.py), never tritonclient itself. The
+version floors match pyproject.toml's (a test checks).
 
 ONNX Runtime is installed without its declared dependencies: the `onnxruntime` module needs only
 numpy at run time; flatbuffers, packaging and protobuf serve its offline tools (quantisation,
@@ -66,6 +69,11 @@ class RuntimeRequirement:
         if self.skip_dependencies is not None:
             parts.append("skip=" + ",".join(sorted(self.skip_dependencies)))
         return " ".join(parts)
+    # Files of the installed distribution that the runtime never loads, removed from the image
+    # (shell globs relative to the folder the wheels are installed into).
+    prune: tuple[str, ...] = ()
+    # Distributions this one replaces in an image (the same module, more in it).
+    supersedes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -92,12 +100,65 @@ SERVER: tuple[RuntimeRequirement, ...] = (
     RuntimeRequirement("httptools>=0.6", ("httptools",)),
 )
 
+# gRPC images (handlers.protocol.grpc): grpcio's asyncio server, the standard health service, and
+# protobuf for Triton's generated messages. grpcio >= the version tritonclient's service_pb2_grpc
+# was generated for; protobuf >= the one its *_pb2 were generated with and < 7 (checked at build
+# time against the modules copied, toolkit/build/grpc_modules.py); health-checking 1.82+ needs
+# protobuf 7.
+GRPC: tuple[RuntimeRequirement, ...] = (
+    RuntimeRequirement("grpcio>=1.81.1", ("grpc",)),
+    RuntimeRequirement("grpcio-health-checking>=1.81.1,<1.82", ("grpc_health",)),
+    RuntimeRequirement("protobuf>=6.33.5,<7", ("google.protobuf",)),
+)
+PROTOCOLS = ("http", "grpc")
+
 # AWS Lambda (handlers.entrypoints.aws_lambda). awslambdaric is the Lambda runtime interface
 # client: the AWS base images carry their own, any other base image gets this one as entrypoint.
 LAMBDA: tuple[RuntimeRequirement, ...] = (RuntimeRequirement("mangum>=0.17", ("mangum",)),)
 LAMBDA_RUNTIME_CLIENT = RuntimeRequirement("awslambdaric>=2.2", ("awslambdaric",))
 
 ONNXRUNTIME_CPU = RuntimeRequirement("onnxruntime>=1.18", ("onnxruntime",), no_deps=True)
+
+# ONNX Runtime with OpenVINO's execution provider, for onnxruntime models that ask for
+# `cpu_execution_accelerator: [{ name: "openvino" }]`: it replaces `onnxruntime` in the image (the
+# same module, never both). 1.24.1 is the newest release (OpenVINO 2025.4.1 inside); its wheel
+# ships each OpenVINO library three times (libopenvino.so, .so.2025.4.1, .so.2541) and the Intel
+# GPU and NPU plugins: the image keeps the sonames that are loaded (262 -> 170 MB installed).
+ONNXRUNTIME_OPENVINO = RuntimeRequirement(
+    "onnxruntime-openvino==1.24.1",
+    ("onnxruntime",),
+    no_deps=True,
+    prune=tuple(
+        f"onnxruntime/capi/{name}"
+        for name in (
+            "libopenvino.so", "libopenvino.so.2025.4.1", "libopenvino_onnx_frontend.so",
+            "libopenvino_onnx_frontend.so.2025.4.1", "libopenvino_c.so*", "libtbb.so",
+            "libopenvino_intel_gpu_plugin.so", "libopenvino_intel_npu_plugin.so",
+        )
+    ),
+    supersedes=("onnxruntime",),
+)
+
+# The openvino backend (handlers/backends/openvino.py): the OpenVINO runtime. At run time it needs
+# numpy only (openvino-telemetry serves its conversion tools). The image keeps what CPU inference
+# of IR and ONNX models loads (the CPU, AUTO, HETERO and batching plugins; the IR and ONNX
+# readers); the Intel GPU and NPU plugins, the GPU's tuning cache, the other frameworks' readers,
+# the C++ headers and the conversion tools are removed (184 -> 100 MB installed).
+OPENVINO = RuntimeRequirement(
+    "openvino==2026.4.1",
+    ("openvino",),
+    no_deps=True,
+    prune=(
+        "openvino/libs/cache.json",
+        "openvino/libs/libopenvino_intel_gpu_plugin.so",
+        "openvino/libs/libopenvino_intel_npu_plugin.so",
+        *(f"openvino/libs/libopenvino_{f}_frontend.so.*" for f in ("gguf", "jax", "paddle", "pytorch", "tensorflow",
+                                                                   "tensorflow_lite")),
+        *(f"openvino/frontend/{f}" for f in ("jax", "paddle", "pytorch", "tensorflow")),
+        "openvino/include",
+        "openvino/tools",
+    ),
+)
 
 # GPU metrics (handlers.metrics reads GPU utilisation through NVML when it is importable).
 NVML = RuntimeRequirement("nvidia-ml-py>=12.535", ("pynvml",))
@@ -150,10 +211,12 @@ CUDA_LINES: dict[int, CudaLine] = {
 }
 DEFAULT_CUDA_MAJOR = 12
 
-# Distributions and modules the runtime must never carry (build-time side, cloud SDKs).
+# Distributions and modules the runtime must never carry (build-time side, cloud SDKs). Only
+# gRPC images carry protobuf (GRPC), and `google.protobuf` is the one `google` module allowed.
 FORBIDDEN_DISTRIBUTIONS = frozenset(
     {"triton-serverless-toolkit", "protobuf", "onnx", "jinja2", "boto3", "botocore", "tritonclient"}
 )
+GRPC_ALLOWED_DISTRIBUTIONS = frozenset({"protobuf"})
 FORBIDDEN_IMPORTS = frozenset({"toolkit", "google", "onnx", "jinja2", "boto3", "botocore", "tritonclient"})
 
 
@@ -166,6 +229,19 @@ class RuntimeSet:
     cuda: CudaLine | None = None
     # backend -> the requirements it brought (build report, `toolkit validate`)
     backends: dict[str, tuple[RuntimeRequirement, ...]] = field(default_factory=dict)
+    protocol: str = "http"  # "grpc": the image serves gRPC (GRPC requirements, generated modules)
+
+    @property
+    def forbidden_distributions(self) -> frozenset[str]:
+        """What this image must not carry (FORBIDDEN_DISTRIBUTIONS; protobuf is allowed for gRPC)."""
+        if self.protocol == "grpc":
+            return FORBIDDEN_DISTRIBUTIONS - GRPC_ALLOWED_DISTRIBUTIONS
+        return FORBIDDEN_DISTRIBUTIONS
+
+    @property
+    def prune(self) -> tuple[str, ...]:
+        """Installed files the image leaves out (RuntimeRequirement.prune)."""
+        return tuple(p for r in [*self.resolved, *self.no_deps] for p in r.prune)
 
 
 def _onnxruntime(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
@@ -207,6 +283,60 @@ def _pytorch(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
     return (torch_requirement(cuda),)
 
 
+ONNXRUNTIME_OPENVINO_KEY = "onnxruntime+openvino"
+
+
+def wants_openvino_accelerator(config: dict) -> bool:
+    """An onnxruntime model whose config asks for OpenVINO's execution provider on CPU."""
+    accelerators = config.get("optimization", {}).get("execution_accelerators", {})
+    return any(a.get("name") == "openvino" for a in accelerators.get("cpu_execution_accelerator", []))
+
+
+def runtime_backends(configs: Iterable[dict], gpu: bool = False) -> set[str]:
+    """The keys of BACKEND_RUNTIME an image's models need: their backends, and
+    ONNXRUNTIME_OPENVINO_KEY for onnxruntime models with the OpenVINO accelerator (CPU images;
+    a GPU image's onnxruntime-gpu cannot carry it, so its KIND_CPU instances are refused)."""
+    keys: set[str] = set()
+    for config in configs:
+        backend = config.get("backend") or config.get("platform", "")
+        keys.add(backend)
+        if backend == "onnxruntime" and wants_openvino_accelerator(config):
+            cpu_groups = [g for g in config.get("instance_group", []) if g.get("kind", "KIND_CPU") == "KIND_CPU"]
+            if not gpu:
+                keys.add(ONNXRUNTIME_OPENVINO_KEY)
+            elif cpu_groups:
+                raise ValueError(
+                    f"model '{config.get('name')}' asks for the OpenVINO execution accelerator on KIND_CPU instances, "
+                    "but a GPU image carries onnxruntime-gpu, which has no OpenVINO provider (onnxruntime-openvino and "
+                    "onnxruntime-gpu are the same module and cannot both be installed): build a CPU image "
+                    "(--device cpu), or remove the openvino accelerator"
+                )
+    return keys
+
+
+# Where the OpenVINO wheels exist (PyPI, checked for the pinned versions): onnxruntime-openvino
+# for x86_64 only (manylinux_2_28, CPython 3.10-3.13); openvino for x86_64 (manylinux_2_28) and
+# aarch64 (manylinux_2_35: glibc 2.35 or newer).
+ONNXRUNTIME_OPENVINO_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def check_wheels_exist(backends: Iterable[str], arch: str, python: str, glibc: tuple[int, int]) -> None:
+    """Refuse, before downloading anything, an image whose OpenVINO wheels do not exist."""
+    keys = set(backends)
+    if ONNXRUNTIME_OPENVINO_KEY in keys and (arch != "x86_64" or python not in ONNXRUNTIME_OPENVINO_PYTHONS):
+        raise ValueError(
+            f"the OpenVINO execution accelerator needs {ONNXRUNTIME_OPENVINO.spec}, which has wheels for x86_64 "
+            f"(CPython {', '.join(ONNXRUNTIME_OPENVINO_PYTHONS)}) only, not {arch} with Python {python}: build for "
+            "--platform linux/amd64 on such a base image, or remove the openvino accelerator (the model then runs on "
+            "ONNX Runtime's CPU provider), or serve the model with backend \"openvino\""
+        )
+    if "openvino" in keys and arch == "aarch64" and glibc < (2, 35):
+        raise ValueError(
+            f"{OPENVINO.spec} has aarch64 wheels for glibc 2.35 or newer only; the base image has glibc "
+            f"{glibc[0]}.{glibc[1]}: choose a newer base image (e.g. python:3.12-slim-bookworm) or build for linux/amd64"
+        )
+
+
 # What each backend's models add to an image: backend -> f(CUDA line of a GPU image, or None for
 # CPU) -> its requirements (each installed with its dependencies unless it says otherwise).
 # Python models keep ONNX Runtime (model.py files commonly import it without listing it; see
@@ -215,6 +345,9 @@ BACKEND_RUNTIME: dict[str, Callable[[CudaLine | None], tuple[RuntimeRequirement,
     "onnxruntime": _onnxruntime,
     "python": _onnxruntime,
     "pytorch": _pytorch,
+    "openvino": lambda cuda: (OPENVINO,),
+    # onnxruntime models with the OpenVINO execution accelerator (runtime_backends)
+    ONNXRUNTIME_OPENVINO_KEY: lambda cuda: (ONNXRUNTIME_OPENVINO,),
 }
 DEFAULT_BACKENDS = frozenset({"onnxruntime"})
 
@@ -232,13 +365,19 @@ def runtime_requirements(
     runtime_client: bool,
     gpu_cuda: int | None,
     backends: Iterable[str] = DEFAULT_BACKENDS,
+    protocol: str = "http",
 ) -> RuntimeSet:
     """The requirements of an image: `server` (uvicorn), `aws_lambda` (Mangum), `runtime_client`
     (awslambdaric, for non-AWS base images), `gpu_cuda` (CUDA major of a GPU image, else CPU),
-    `backends` (the backends of its models: each adds its framework, BACKEND_RUNTIME)."""
+    `backends` (the backends of its models: each adds its framework, BACKEND_RUNTIME),
+    `protocol` ("grpc" adds grpcio, its health service and protobuf)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r} (choose {' or '.join(PROTOCOLS)})")
     resolved: list[RuntimeRequirement] = list(CORE)
     if server:
         resolved.extend(SERVER)
+    if protocol == "grpc":
+        resolved.extend(GRPC)
     if aws_lambda:
         resolved.extend(LAMBDA)
         if runtime_client:
@@ -259,12 +398,18 @@ def runtime_requirements(
             group = no_deps if requirement.alone else resolved
             if requirement not in group:
                 group.append(requirement)
-    return RuntimeSet(tuple(resolved), tuple(no_deps), cuda, by_backend)
+    superseded = {name for requirement in no_deps for name in requirement.supersedes}
+    no_deps = [r for r in no_deps if r.name not in superseded]
+    by_backend = {
+        backend: kept for backend, requirements in by_backend.items()
+        if (kept := tuple(r for r in requirements if r.name not in superseded))
+    }
+    return RuntimeSet(tuple(resolved), tuple(no_deps), cuda, by_backend, protocol)
 
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
     for backend in BACKEND_RUNTIME:
         for cuda in (None, *CUDA_LINES.values()):
             every.extend(backend_requirements(backend, cuda))

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from .base_image import BaseImage
 from .errors import BuildError
-from .runtime_deps import FORBIDDEN_DISTRIBUTIONS, RuntimeSet
+from .runtime_deps import RuntimeSet
 
 LOCK_FILENAME = "wheelhouse.json"
 REQUIREMENTS_FILENAME = "requirements.txt"
@@ -415,7 +415,8 @@ def _download(
     if pulled:
         raise BuildError(
             f"the requirements of {owners} pull in {', '.join(pulled)}: the image's ONNX Runtime is chosen by "
-            "toolkit build (onnxruntime on CPU, onnxruntime-gpu for GPU images); remove it from requirements.txt"
+            "toolkit build (onnxruntime on CPU, onnxruntime-gpu for GPU images, onnxruntime-openvino for models "
+            "with the openvino execution accelerator); remove it from requirements.txt"
         )
     chosen = sorted(resolved & set(alone))
     if chosen:
@@ -431,7 +432,7 @@ def _download(
             "libraries), into a CPU image: take the CPU build from PyTorch's index instead: put "
             "`--extra-index-url https://download.pytorch.org/whl/cpu` and `torch==<version>+cpu` in requirements.txt"
         )
-    forbidden = sorted(resolved & FORBIDDEN_DISTRIBUTIONS)
+    forbidden = sorted(resolved & runtime.forbidden_distributions)
     if forbidden and not model_requirements:
         raise BuildError(f"the runtime's dependencies unexpectedly bring {', '.join(forbidden)} (toolkit/build/runtime_deps.py)")
 

@@ -1,6 +1,11 @@
 """Valid Triton configs that this product deliberately does not serve, each with the reason and
 the way forward. Checked after Triton's own checks pass, so an invalid config still gets
 Triton's message first.
+
+The backend is checked here (which backends the runtime has is the build's knowledge, with
+advice on converting the others); the features this product refuses in any config (sequence
+batching, decoupled models, conda-pack environments) are handlers/config/support.py's, which the
+image build's completion step runs too.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from handlers.backends import BACKEND_MODULES
 
 from .backend_fields import ENSEMBLE_PLATFORM
 from .errors import UnsupportedModelError
+from .validate import check_supported_features
 
 # The backends the runtime has a module for (handlers/backends/__init__.py).
 SUPPORTED_BACKENDS = tuple(BACKEND_MODULES)
@@ -35,10 +41,6 @@ _BACKEND_ADVICE = {
         "move the DALI pipeline's pre-processing into a python model (model.py, e.g. with Pillow or numpy) in front "
         "of the model, in an ensemble"
     ),
-    "openvino": (
-        "serve the ONNX model with backend \"onnxruntime\" and "
-        "optimization { execution_accelerators { cpu_execution_accelerator: [{ name: \"openvino\" }] } }"
-    ),
 }
 
 
@@ -53,23 +55,4 @@ def check_supported(config: Message) -> None:
             f"supported are {', '.join('backend ' + b for b in SUPPORTED_BACKENDS)} and platform ensemble; {advice}",
             model=name,
         )
-    if config.HasField("sequence_batching"):
-        raise UnsupportedModelError(
-            f"model '{name}' uses sequence_batching: stateful models need every request of a sequence "
-            "routed to the same instance (sticky routing), which serverless platforms do not provide; "
-            "keep the state in the client or an external store and use dynamic_batching",
-            model=name,
-        )
-    if config.model_transaction_policy.decoupled:
-        raise UnsupportedModelError(
-            f"model '{name}' uses model_transaction_policy {{ decoupled: true }}: streaming (decoupled) "
-            "responses are not supported yet; return exactly one response per request",
-            model=name,
-        )
-    if "EXECUTION_ENV_PATH" in config.parameters:
-        raise UnsupportedModelError(
-            f"model '{name}' sets parameter EXECUTION_ENV_PATH (a conda-pack environment): list the "
-            "model's Python dependencies in a requirements.txt in the model directory instead; the "
-            "build installs them into the image",
-            model=name,
-        )
+    check_supported_features(config)
