@@ -21,6 +21,7 @@ from toolkit.build.report import add_ready_seconds, backend_entries
 from toolkit.build.runtime_deps import (
     CUDA_LINES,
     FORBIDDEN_DISTRIBUTIONS,
+    ONNXRUNTIME_OPENVINO_KEY,
     TORCH_BUILD_TIME_DEPENDENCIES,
     TORCH_INDEX_ENV,
     allowed_runtime_imports,
@@ -82,6 +83,19 @@ def test_the_torch_index_is_configurable(monkeypatch):
 
 def test_the_runtime_may_import_every_backends_framework():
     assert {"torch", "onnxruntime"} <= allowed_runtime_imports()
+
+
+def test_torch_beside_openvino_and_the_openvino_accelerator(monkeypatch):
+    """onnxruntime-openvino replaces onnxruntime in the image and in what each backend brings;
+    torch and openvino stay their own backends' frameworks."""
+    monkeypatch.delenv(TORCH_INDEX_ENV, raising=False)
+    keys = {"onnxruntime", "python", ONNXRUNTIME_OPENVINO_KEY, "openvino", "pytorch"}
+    runtime = runtime_requirements(server=True, aws_lambda=False, runtime_client=False, gpu_cuda=None, backends=keys)
+    assert sorted(_names(runtime.no_deps)) == ["onnxruntime-openvino", "openvino", "torch"]
+    assert {b: _names(r) for b, r in runtime.backends.items()} == {
+        ONNXRUNTIME_OPENVINO_KEY: ["onnxruntime-openvino"], "openvino": ["openvino"], "pytorch": ["torch"],
+    }
+    assert runtime.prune and all(not p.startswith("torch/") for p in runtime.prune)
 
 
 # -- a wheel's declared dependencies --------------------------------------------------------------
@@ -147,6 +161,27 @@ def test_what_each_backend_adds_is_what_only_its_models_need(tmp_path):
     assert by_backend[("onnxruntime", "python")].ready_seconds is None
 
 
+def test_what_a_backend_adds_leaves_out_the_files_the_image_prunes(tmp_path):
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    made = [
+        _wheel(folder, "numpy", "2.0.0", []),
+        _wheel(folder, "openvino", "2026.4.1", ["numpy", "openvino-telemetry"], {
+            "openvino/libs/libopenvino.so.2026.4.1": b"k" * 3000,
+            "openvino/libs/libopenvino_intel_gpu_plugin.so": b"g" * 50000,  # pruned
+            "openvino/include/openvino/core.hpp": b"h" * 20000,  # pruned with its folder
+        }),
+        _wheel(folder, "torch", "2.13.0+cpu", [], {"torch/lib/libtorch.so": b"t" * 7000}),
+    ]
+    pip = Wheel.from_file(_wheel(folder, "pip", "25.0", []))
+    runtime = runtime_requirements(server=False, aws_lambda=False, runtime_client=False, gpu_cuda=None,
+                                   backends={"openvino", "pytorch"})
+    wheelhouse = Wheelhouse(folder, [Wheel.from_file(p) for p in made], pip, "k")
+    footprints = {f.backends: f for f in backend_footprints(runtime, wheelhouse, BASE)}
+    assert 3000 <= footprints[("openvino",)].installed_bytes < 4000
+    assert 7000 <= footprints[("pytorch",)].installed_bytes < 8000
+
+
 # -- the real download ----------------------------------------------------------------------------
 
 
@@ -197,3 +232,10 @@ def test_validate_prints_the_backends_a_repository_needs(tmp_path):
     assert document["backends"] == {"onnxruntime": ["onnxruntime-gpu==1.26.0"], "pytorch": ["torch==2.13.0+cu128"]}
     only_onnx = json.loads(runner.invoke(app, ["validate", str(QUICKSTART), "--json"]).stdout)
     assert only_onnx["backends"] == {"onnxruntime": ["onnxruntime>=1.18"]}
+
+    config = repo / "add_sub" / "config.pbtxt"  # the onnxruntime model asks for OpenVINO's execution provider
+    config.write_text(config.read_text() + '\noptimization { execution_accelerators { cpu_execution_accelerator: [ { name: "openvino" } ] } }\n')
+    accelerated = json.loads(runner.invoke(app, ["validate", str(repo), "--json"]).stdout)
+    assert accelerated["backends"] == {
+        "onnxruntime": [], ONNXRUNTIME_OPENVINO_KEY: ["onnxruntime-openvino==1.24.1"], "pytorch": ["torch==2.13.0+cpu"],
+    }
