@@ -156,7 +156,11 @@ def main() -> None:
     if args.quick:
         args.repeats, args.ceiling_seconds, args.measurement_ms = 1, 1.0, 1000
 
-    work = Path(tempfile.mkdtemp(prefix="pytorch-bench-"))
+    with tempfile.TemporaryDirectory(prefix="pytorch-bench-") as folder:
+        _run(args, Path(folder))
+
+
+def _run(args: argparse.Namespace, work: Path) -> None:
     repo = work / "models"
     model = build_model(repo / MODEL / "1" / "model.pt")
     (repo / MODEL / "config.pbtxt").write_text(CONFIG)
