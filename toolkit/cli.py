@@ -11,6 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -101,9 +102,28 @@ def _error_lines(name: str, error) -> list[str]:
 def _print_error(name: str, error) -> None:
     label = "[yellow]unsupported:[/yellow]" if error.unsupported else "[red]error:[/red]"
     first, *rest = _error_lines(name, error)
-    err_console.print(f"{label} {first}", highlight=False, soft_wrap=True, markup=True)
+    err_console.print(f"{label} {escape(first)}", highlight=False, soft_wrap=True, markup=True)
     for line in rest:
         err_console.print(line, highlight=False, soft_wrap=True, markup=False, style="dim")
+
+
+def _backends_needed(result) -> dict[str, list[str]]:
+    """The backends the repository's valid models use -> the frameworks they put into an image
+    for the device (toolkit/build/runtime_deps.py)."""
+    from .build.runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, backend_requirements, runtime_backends
+
+    gpu = result.device.kind == "gpu"
+    cuda = CUDA_LINES[DEFAULT_CUDA_MAJOR] if gpu else None
+    try:  # with onnxruntime's OpenVINO accelerator ("onnxruntime+openvino")
+        keys = runtime_backends((m.config for m in result.models.values()), gpu=gpu)
+    except ValueError:  # refused by the build with its message; list the models' backends
+        keys = {m.backend for m in result.models.values()}
+    requirements = {key: backend_requirements(key, cuda) for key in keys}
+    superseded = {name for found in requirements.values() for r in found for name in r.supersedes}
+    return {
+        key: [r.spec for r in found if r.imports and r.name not in superseded]
+        for key, found in sorted(requirements.items())
+    }
 
 
 def _model_json(result, name: str) -> dict:
@@ -171,6 +191,7 @@ def validate(
             "ok": result.ok,
             "cpu_budget": cpu_plan.as_dict(),
             "models": [_model_json(result, name) for name in sorted(result.selected)],
+            "backends": _backends_needed(result),
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         raise typer.Exit(0 if result.ok else 1)
@@ -193,12 +214,16 @@ def validate(
         else:
             table.add_row(name, "-", "-", "-", "-", "-", status)
     console.print(table, crop=False)
+    needed = _backends_needed(result)
+    if needed:
+        listed = ", ".join(f"{b} ({', '.join(specs)})" if specs else b for b, specs in needed.items())
+        console.print(f"backends needed: {listed}", highlight=False, soft_wrap=True)
     if result.models:
         console.print(cpu_plan.summary(), highlight=False, soft_wrap=True)
     for name in names:
         if name in result.models:
             for warning in result.models[name].warnings:
-                err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False, soft_wrap=True)
+                err_console.print(f"[yellow]warning:[/yellow] {name}: {escape(warning)}", highlight=False, soft_wrap=True)
     for name in names:
         if name in result.failures:
             _print_error(name, result.failures[name])
@@ -227,7 +252,7 @@ def config(
         raise typer.Exit(1)
     compiled = result.models[model_name]
     for warning in compiled.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {warning}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {escape(warning)}", highlight=False, soft_wrap=True)
     sys.stdout.write(json.dumps(compiled.config, indent=2) + "\n")
 
 
@@ -306,7 +331,7 @@ def serve(
         raise typer.Exit(1)
     for name, compiled in sorted(result.models.items()):
         for warning in compiled.warnings:
-            err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
+            err_console.print(f"[yellow]warning:[/yellow] {name}: {escape(warning)}", highlight=False)
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
     try:
         repository = ModelRepository(manifest)
@@ -397,14 +422,14 @@ def build(
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except BuildError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.detail and (quiet or not exc.streamed):
             err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     report = result.report
     report.render(console)
     for warning in report.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     err_console.print(f"report: {result.report_path}", highlight=False)
     if report.image is None:
         console.print("context written; build it with:", highlight=False)

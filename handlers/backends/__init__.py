@@ -22,6 +22,7 @@ BACKEND_MODULES: dict[str, str] = {
     "onnxruntime": "handlers.backends.onnxruntime",
     "openvino": "handlers.backends.openvino",
     "python": "handlers.backends.python",
+    "pytorch": "handlers.backends.pytorch",
 }
 
 
