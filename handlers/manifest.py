@@ -22,6 +22,8 @@ class ModelSpec:
     versions: tuple[int, ...]
     model_files: dict[int, Path]
     config: dict[str, Any]
+    # EXECUTION_ENV_PATH's environment as the image build unpacked it (None: resolve the parameter)
+    execution_env: Path | None = None
 
     @property
     def backend(self) -> str:
@@ -62,6 +64,7 @@ class Manifest:
                 versions=tuple(int(v) for v in entry["versions"]),
                 model_files={int(v): directory / f for v, f in entry.get("model_files", {}).items()},
                 config=entry["config"],
+                execution_env=root / entry["execution_env"] if entry.get("execution_env") else None,
             )
         return cls(root=root, device=data.get("device", "cpu"), models=models)
 

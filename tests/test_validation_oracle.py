@@ -57,11 +57,6 @@ DEVIATIONS: dict[tuple[str, str], dict] = {
     },
     ("core", "sequence_batching"): {"expect": "unsupported", "contains": "sequence_batching", "why": "stateful models"},
     ("core", "decoupled"): {"expect": "unsupported", "contains": "decoupled", "why": "streaming responses"},
-    ("core", "execution_env_path"): {
-        "expect": "unsupported",
-        "contains": "EXECUTION_ENV_PATH",
-        "why": "conda-pack environments are replaced by requirements.txt (tritonserver fails to find the file)",
-    },
     ("core", "backend_tensorrt"): {"expect": "unsupported", "contains": "backend 'tensorrt'", "why": "TensorRT"},
     ("core", "platform_libtorch"): {
         "expect": "failed",

@@ -203,7 +203,6 @@ def test_sequence_batching_controls_are_checked_before_refusing_the_model(repo):
         ('name: "m"\nplatform: "tensorflow_savedmodel"\n', "backend 'tensorflow'"),
         ('name: "m"\nplatform: "tensorflow_graphdef"\n', "convert the model to ONNX (tf2onnx)"),
         ('name: "m"\nbackend: "python"\nmodel_transaction_policy { decoupled: true }\n', "decoupled"),
-        ('name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "x.tar.gz" } }\n', "requirements.txt"),
     ],
 )
 def test_configs_this_product_cannot_serve(repo, header, unsupported):

@@ -7,9 +7,10 @@ checks the backend, then calls this.)
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from .errors import CODE_UNSUPPORTED, ConfigError
+from .errors import CODE_INTERNAL, CODE_UNSUPPORTED, ConfigError
 
 Config = Mapping[str, Any]
 
@@ -30,13 +31,39 @@ def check_supported(config: Config) -> None:
             "responses are not supported yet; return exactly one response per request",
             code=CODE_UNSUPPORTED,
         )
-    if "EXECUTION_ENV_PATH" in config.get("parameters", {}):
+
+
+def check_execution_environment(config: Config, model_dir: Path) -> None:
+    """A python model's EXECUTION_ENV_PATH (a conda-pack archive or an unpacked environment,
+    handlers/backends/python/execution_env.py): it must exist and be readable (CODE_INTERNAL, as
+    tritonserver fails to load it), and the model process must be able to run in it: a Linux
+    build of Python 3.11 or newer with numpy (CODE_UNSUPPORTED otherwise, with what works)."""
+    if config.get("backend") != "python":
+        return
+    from ..backends.python import execution_env
+
+    value = execution_env.configured_value(config)
+    if value is None:
+        return
+    name = config.get("name", "")
+    path = execution_env.resolve(value, model_dir)
+    if not value.strip() or not path.exists():
+        # tritonserver's words (its realpath() fails), then ours
         raise ConfigError(
-            f"model '{name}' sets parameter EXECUTION_ENV_PATH (a conda-pack environment): list the "
-            "model's Python dependencies in a requirements.txt in the model directory instead; the "
-            "build installs them into the image",
-            code=CODE_UNSUPPORTED,
+            f"Failed to get the canonical path for {path}.",
+            detail=f"parameter EXECUTION_ENV_PATH of model '{name}' ('{value}') names no file or folder: put the "
+            "conda-pack archive there, or correct the path ($$TRITON_MODEL_DIRECTORY stands for the model's directory)",
+            hint="EXECUTION_ENV_PATH",
+            code=CODE_INTERNAL,
         )
+    try:
+        info = execution_env.inspect(path)
+    except execution_env.EnvironmentError_ as exc:
+        raise ConfigError(f"model '{name}': {exc}", hint="EXECUTION_ENV_PATH", code=CODE_INTERNAL) from None
+    try:
+        execution_env.check(info)
+    except execution_env.EnvironmentError_ as exc:
+        raise ConfigError(f"model '{name}': {exc}", hint="EXECUTION_ENV_PATH", code=CODE_UNSUPPORTED) from None
 
 
-__all__ = ["check_supported"]
+__all__ = ["check_execution_environment", "check_supported"]

@@ -6,6 +6,7 @@
       wheelhouse/           every wheel the image installs + requirements.txt (hash-pinned) + pip
       app/handlers/         the runtime package (checked: it imports no build-time code)
       repository/           models.json (the compiled manifest) + the selected models and versions
+      envs/                 python models' EXECUTION_ENV_PATH environments (execution_envs.py)
       build.json            what was built and how (not part of the context)
 
 Every file gets a fixed mode (0644, or 0755 when executable) and modification time, so the same
@@ -31,6 +32,7 @@ from handlers.backends.python import INSTANCE_MODE_ENV
 from .. import __version__
 from ..repository.compile import MANIFEST_FILENAME, CompiledModel, CompiledRepository
 from ..repository.discover import is_version_directory_name
+from . import execution_envs
 from .base_image import ARCH_PLATFORM, BaseImage
 from .errors import BuildError
 from .grpc_modules import FOLDER as GRPC_MODULES_FOLDER
@@ -161,13 +163,16 @@ def check_links(path: Path, allowed: tuple[Path, ...]) -> None:
                 )
 
 
-def _shipped_entries(model: CompiledModel) -> list[Path]:
+def _shipped_entries(model: CompiledModel, elsewhere: set[Path] = frozenset()) -> list[Path]:
     """The entries of a model directory that go into the image: its files and folders, only the
-    selected versions, no hidden entries or __pycache__."""
+    selected versions, no hidden entries or __pycache__, nor the `elsewhere` ones (execution
+    environments, which the image gets unpacked)."""
     selected = {str(v) for v in model.versions}
     entries = []
     for entry in sorted(model.path.iterdir()):
         if entry.name.startswith(".") or entry.name == "__pycache__":
+            continue
+        if elsewhere and entry.resolve() in elsewhere:
             continue
         if entry.is_dir():
             numeric = entry.name.isascii() and entry.name.isdigit()
@@ -182,9 +187,10 @@ def _shipped_entries(model: CompiledModel) -> list[Path]:
 def check_model_links(compiled: CompiledRepository) -> None:
     """Links in what ships must stay inside the repository or the model's own directory
     (checked before the output folder is touched)."""
+    elsewhere = execution_envs.shipped_elsewhere(compiled)
     for name in sorted(compiled.models):
         model = compiled.models[name]
-        for entry in _shipped_entries(model):
+        for entry in _shipped_entries(model, elsewhere):
             check_links(entry, (compiled.root, model.path))
 
 
@@ -192,11 +198,12 @@ def copy_models(compiled: CompiledRepository, repository: Path) -> dict[str, int
     """Copy the selected models with only their selected versions; returns bytes per model.
     Links are followed: call check_model_links first (render_context does)."""
     sizes: dict[str, int] = {}
+    elsewhere = execution_envs.shipped_elsewhere(compiled)
     for name in sorted(compiled.models):
         model = compiled.models[name]
         destination = repository / model.path.relative_to(compiled.root)
         destination.mkdir(parents=True)
-        for entry in _shipped_entries(model):
+        for entry in _shipped_entries(model, elsewhere):
             if entry.is_dir():
                 _copy_tree(entry, destination / entry.name)
             else:
@@ -309,7 +316,8 @@ def _command(plan: ImagePlan) -> tuple[list[str] | None, list[str]]:
     return ["python3", "-m", "awslambdaric"], [LAMBDA_HANDLER]
 
 
-def render_dockerfile(plan: ImagePlan, wheelhouse: Wheelhouse, labels: dict[str, str], autocomplete: str | None) -> str:
+def render_dockerfile(plan: ImagePlan, wheelhouse: Wheelhouse, labels: dict[str, str], autocomplete: str | None,
+                      environments: list[execution_envs.PackedEnvironment] = ()) -> str:
     entrypoint, cmd = _command(plan)
     template = _environment().get_template("Dockerfile.j2")
     return template.render(
@@ -323,6 +331,9 @@ def render_dockerfile(plan: ImagePlan, wheelhouse: Wheelhouse, labels: dict[str,
         pip_wheel=wheelhouse.pip.filename,
         prune=list(plan.runtime.prune),
         python_autocomplete_command=autocomplete,
+        environments=sorted({e.key: e for e in environments}.values(), key=lambda e: e.key),
+        envs_folder=execution_envs.FOLDER,
+        envs_dir=execution_envs.ENVS_DIR,
         env=_env(plan, wheelhouse),
         labels=[f"{k}={_quote(v)}" for k, v in labels.items()],
         user=IMAGE_USER,
@@ -344,6 +355,7 @@ def render_context(
     prepare_output(output)
     repository = output / "repository"
     repository.mkdir()
+    environments = execution_envs.write(compiled, output, EPOCH)  # before the manifest is written
     model_bytes = copy_models(compiled, repository)
     copy_runtime(output / "app")
     if plan.runtime.protocol == "grpc":
@@ -354,7 +366,7 @@ def render_context(
 
     labels = _labels(plan, compiled, repository_digest)
     autocomplete = python_autocomplete_command(python_models, plan.layout)
-    (output / "Dockerfile").write_text(render_dockerfile(plan, wheelhouse, labels, autocomplete))
+    (output / "Dockerfile").write_text(render_dockerfile(plan, wheelhouse, labels, autocomplete, list(environments.values())))
     (output / ".dockerignore").write_text(_environment().get_template("dockerignore.j2").render(ignored=NOT_IN_CONTEXT))
     normalize_tree(output)
 

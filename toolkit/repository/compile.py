@@ -18,7 +18,8 @@ load stage (a failure makes the model UNAVAILABLE)
    7. instances: the model file of each version, the onnxruntime, pytorch, fil and openvino
       backends' config-vs-model checks (onnx_autocomplete.py, torchscript.py, fil.py, openvino_model.py)
   8. warmup samples
-  9. the product's own support checks (support.py): Triton's checks come first
+  9. the product's own support checks (support.py): Triton's checks come first; a python model's
+     EXECUTION_ENV_PATH environment (handlers/backends/python/execution_env.py)
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from .model_config import ModelConfig, read_config_file, to_triton_json
 from .normalize import Device, NormalizeReport, normalize_instance_groups, normalize_model_config
 from .support import SUPPORTED_BACKENDS, check_supported
 from .validate import (
+    check_execution_environment,
     check_label_files,
     duplicate_tensor_warnings,
     validate_instance_groups,
@@ -371,6 +373,8 @@ def _load_backend_model(
         validate_warmup(config, model.path, warnings)
         warnings.extend(duplicate_tensor_warnings(config))
     check_supported(config)
+    if backend == PYTHON_BACKEND:
+        check_execution_environment(config, model.path)
 
     return CompiledModel(
         name=model.name,

@@ -34,6 +34,9 @@ class CompiledModel:
     # image build (handlers/backends/python/complete.py); `config` is the config it receives.
     autocomplete: str | None = None
     autocomplete_reason: str | None = None
+    # The image path of its EXECUTION_ENV_PATH environment, unpacked by the build
+    # (toolkit/build/execution_envs.py); None: the runtime resolves the parameter itself.
+    execution_env: str | None = None
 
     @property
     def backend(self) -> str:
@@ -49,6 +52,8 @@ class CompiledModel:
         }
         if self.autocomplete is not None:
             entry["autocomplete"] = self.autocomplete
+        if self.execution_env is not None:
+            entry["execution_env"] = self.execution_env
         return entry
 
 

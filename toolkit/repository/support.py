@@ -4,7 +4,7 @@ Triton's message first.
 
 The backend is checked here (which backends the runtime has is the build's knowledge, with
 advice on converting the others); the features this product refuses in any config (sequence
-batching, decoupled models, conda-pack environments) are handlers/config/support.py's, which the
+batching, decoupled models) are handlers/config/support.py's, which the
 image build's completion step runs too.
 """
 

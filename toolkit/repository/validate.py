@@ -64,8 +64,13 @@ def check_label_files(config: Message, model_dir: Path) -> None:
     _run(_rules.check_label_files, config, model_dir)
 
 
+def check_execution_environment(config: Message, model_dir: Path) -> None:
+    """A python model's EXECUTION_ENV_PATH: present, readable, able to host the model process."""
+    _run(_support.check_execution_environment, config, model_dir)
+
+
 def check_supported_features(config: Message) -> None:
-    """handlers/config/support.py: sequence batching, decoupled models, conda-pack environments."""
+    """handlers/config/support.py: sequence batching, decoupled models."""
     _run(_support.check_supported, config)
 
 

@@ -109,6 +109,13 @@ def instance_mode(spec: Any, version: int) -> str:
     mode = configured_mode(spec)
     if mode == PROCESS:
         return PROCESS
+    from .execution_env import configured_value
+
+    if configured_value(spec.config) is not None or getattr(spec, "execution_env", None):
+        # EXECUTION_ENV_PATH: the model runs on its environment's interpreter, so in a process
+        if mode == IN_PROCESS:
+            log.warning("model '%s' sets EXECUTION_ENV_PATH: its instances run in model processes, not in-process", spec.name)
+        return PROCESS
     if mode == IN_PROCESS:
         _claim(spec, version, force=True)
         return IN_PROCESS

@@ -6,12 +6,18 @@ straight from the array's memory and read straight into fresh memory, so an arra
 per direction and arrives writable. Both ends are this runtime's own code; nothing else can
 reach the socket.
 
+A portable channel (`portable=True`: a model process on another environment's interpreter,
+execution_env.py) writes numpy arrays as (bytes, dtype, shape) rebuilt by `_array`, which every
+numpy version reads; numpy's own pickles name its private modules (numpy._core in 2.x), which
+numpy 1.x cannot import.
+
 Frame: header (meta length u64, buffer count u32), buffer lengths (u64 each), the pickle, then
 the buffers.
 """
 
 from __future__ import annotations
 
+import io
 import pickle
 import socket
 import struct
@@ -32,8 +38,9 @@ class ChannelClosed(Exception):
 class Channel:
     """One end of the socket. `send` may be called from any thread; `receive` from one reader."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, portable: bool = False) -> None:
         self.sock = sock
+        self.portable = portable
         self._write = threading.Lock()
         self._closed = False
 
@@ -47,7 +54,12 @@ class Channel:
             buffers.append(buffer)
             return False
 
-        meta = pickle.dumps(message, protocol=5, buffer_callback=out_of_band)
+        if self.portable:
+            stream = io.BytesIO()
+            _PortablePickler(stream, protocol=5, buffer_callback=out_of_band).dump(message)
+            meta = stream.getvalue()
+        else:
+            meta = pickle.dumps(message, protocol=5, buffer_callback=out_of_band)
         views = [b.raw() for b in buffers]
         head = _HEADER.pack(len(meta), len(views)) + b"".join(_LENGTH.pack(v.nbytes) for v in views)
         with self._write:
@@ -93,3 +105,34 @@ class Channel:
         except OSError:
             pass
         self.sock.close()
+
+
+def _array(data: Any, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
+
+
+def _object_array(items: list[Any], shape: tuple[int, ...]) -> np.ndarray:
+    array = np.empty(len(items), dtype=object)
+    array[:] = items
+    return array.reshape(shape)
+
+
+def _scalar(data: bytes, dtype: Any) -> Any:
+    return np.frombuffer(data, dtype=np.dtype(dtype))[0]
+
+
+class _PortablePickler(pickle.Pickler):
+    """Arrays and numpy scalars as plain bytes, dtype and shape (see the module's doc)."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            if obj.dtype.hasobject:
+                return _object_array, (obj.ravel().tolist(), obj.shape)
+            data = np.ascontiguousarray(obj)
+            dtype = data.dtype.descr if data.dtype.fields else data.dtype.str
+            # writable, so it arrives as a bytearray (in-band) or fresh memory (out-of-band)
+            raw = pickle.PickleBuffer(data.reshape(-1).view(np.uint8)) if data.flags.writeable else bytearray(data.tobytes())
+            return _array, (raw, dtype, obj.shape)
+        if isinstance(obj, np.generic) and not isinstance(obj, np.object_):
+            return _scalar, (obj.tobytes(), obj.dtype.str)
+        return NotImplemented

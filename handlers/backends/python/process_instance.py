@@ -30,7 +30,7 @@ import handlers
 from ...cpu_budget import thread_environment
 from ...errors import internal
 from ...inference import InferOutcome, InferRequest
-from . import conversion
+from . import conversion, execution_env
 from .bls import BlsBridge
 from .host import emit_log, emit_record
 from .ipc import Channel, ChannelClosed
@@ -76,6 +76,11 @@ class ProcessInstance:
         self._closing = False
         self._reading = False  # a reader thread serves the current process (guarded by _lock)
         self.start_seconds = 0.0
+        try:
+            # EXECUTION_ENV_PATH: the environment's own interpreter (execution_env.py)
+            self.environment = execution_env.environment_root(spec)
+        except (execution_env.EnvironmentError_, OSError, subprocess.CalledProcessError) as exc:
+            raise ModelProcessError(f"Failed to prepare the Python execution environment of '{spec.name}': {exc}") from None
         self._start()
 
     # -- process lifecycle ------------------------------------------------------------------------------
@@ -83,13 +88,18 @@ class ProcessInstance:
     def _start(self) -> None:
         started = time.perf_counter()
         parent, child = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_HANDLERS_ROOT, env.get("PYTHONPATH", "")) if p)
+        if self.environment is None:
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_HANDLERS_ROOT, env.get("PYTHONPATH", "")) if p)
+            command = [sys.executable, "-m", STUB_MODULE, str(child.fileno())]
+        else:
+            env = execution_env.activation_environment(self.environment, os.environ)
+            command = execution_env.launch_command(self.environment, _HANDLERS_ROOT, [str(child.fileno()), "portable"])
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.update(thread_environment(self.threads, env))
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", STUB_MODULE, str(child.fileno())],
+                command,
                 pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
                 env=env,
@@ -99,7 +109,7 @@ class ProcessInstance:
             raise ModelProcessError(f"Launch stub process failed for {self.name}: {exc}") from None
         finally:
             child.close()
-        channel = Channel(parent)
+        channel = Channel(parent, portable=self.environment is not None)
         ready = _Waiter()
         waiters: dict[int, _Waiter] = {0: ready}  # this process's pending answers
         with self._lock:

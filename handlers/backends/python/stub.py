@@ -1,4 +1,4 @@
-"""The model process: `python -m handlers.backends.python.stub <socket fd>`.
+"""The model process: `python -m handlers.backends.python.stub <socket fd> [portable]`.
 
 Triton runs every Python-model instance in its own stub process; so does this runtime. The
 process serves one instance: it receives `init` (model file, config, instance), loads the model
@@ -232,7 +232,8 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
-    channel = Channel(sock)
+    # "portable": another environment's interpreter (execution_env.py) whose numpy may differ
+    channel = Channel(sock, portable=argv[1:2] == ["portable"])
     try:
         return serve(channel)
     except ChannelClosed:

@@ -1,0 +1,221 @@
+"""Python models with EXECUTION_ENV_PATH (a conda-pack environment), as Triton's python backend
+runs them: `toolkit validate` accepts an environment the model process can run in and refuses the
+others naming the file, what is wrong and what works; `toolkit serve` runs the model on the
+environment's own interpreter, where model.py imports a package only the environment has.
+
+The environments are execution_envs.py's stand-ins for conda-pack archives (conda's channels are
+unreachable where these tests run): the running interpreter's own installation, numpy and a
+package made here, laid out and packed as conda-pack does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from cli_runner import invoke
+from execution_envs import fake_environment, make_environment, pack
+from serving import serve
+
+from handlers.backends.python import IN_PROCESS, INSTANCE_MODE_ENV, PROCESS, instance_mode
+from handlers.backends.python.execution_env import activation_environment
+from handlers.backends.python.ipc import Channel
+from toolkit.repository.compile import compile_repository
+
+ENV_ONLY = {"envonly_marker/__init__.py": "OFFSET = 42\n"}
+MODEL = '''
+import sys
+
+import numpy as np
+import envonly_marker  # installed in the execution environment only
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            info = "|".join([sys.executable, sys.prefix, np.__version__, str(sys.path)])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("Y", (x + envonly_marker.OFFSET).astype(np.float32)),
+                pb_utils.Tensor("INFO", np.array([info.encode()], dtype=object)),
+            ]))
+        return responses
+'''
+CONFIG = """
+name: "{name}"
+backend: "python"
+max_batch_size: 4
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 3 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 3 ] }}, {{ name: "INFO" data_type: TYPE_STRING dims: [ 1 ] }} ]
+parameters {{ key: "EXECUTION_ENV_PATH" value {{ string_value: "{env}" }} }}
+"""
+
+
+def env_model(repo: Path, name: str, env: str) -> Path:
+    directory = repo / name
+    (directory / "1").mkdir(parents=True)
+    (directory / "1" / "model.py").write_text(MODEL)
+    (directory / "config.pbtxt").write_text(textwrap.dedent(CONFIG.format(name=name, env=env)).lstrip())
+    return directory
+
+
+@pytest.fixture(scope="module")
+def environment(tmp_path_factory) -> Path:
+    return make_environment(tmp_path_factory.mktemp("execution_env") / "env", ENV_ONLY)
+
+
+@pytest.fixture(scope="module")
+def archive(environment, tmp_path_factory) -> Path:
+    return pack(environment, tmp_path_factory.mktemp("execution_env_archive") / "env.tar.gz")
+
+
+def _failure(repo: Path, name: str):
+    result = compile_repository(repo)
+    assert name in result.failures, f"{name} compiled"
+    return result.failures[name]
+
+
+def test_validate_accepts_an_archive_in_the_model_directory_and_an_unpacked_folder(tmp_path, archive, environment):
+    repo = tmp_path / "models"
+    directory = env_model(repo, "packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    shutil.copy(archive, directory / "env.tar.gz")
+    env_model(repo, "unpacked", str(environment))
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code == 0, result.output
+    compiled = compile_repository(repo)
+    assert compiled.ok and set(compiled.models) == {"packed", "unpacked"}
+
+
+def test_validate_refuses_an_environment_with_an_older_python(tmp_path):
+    repo = tmp_path / "models"
+    directory = env_model(repo, "old", "$$TRITON_MODEL_DIRECTORY/py37.tar.gz")
+    pack(fake_environment(tmp_path / "py37"), directory / "py37.tar.gz")
+    error = _failure(repo, "old")
+    assert error.unsupported
+    assert str(directory / "py37.tar.gz") in error.message
+    assert "its Python is 3.7, older than 3.11" in error.message
+    assert "Python 3.11 or newer and numpy 1.26 or newer works" in error.message
+    assert error.file == str(directory / "config.pbtxt") and error.line == 6
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code != 0 and "its Python is 3.7" in result.output.replace("\n", "")
+
+
+def test_validate_refuses_a_missing_archive_naming_it(tmp_path):
+    repo = tmp_path / "models"
+    directory = env_model(repo, "missing", "$$TRITON_MODEL_DIRECTORY/nowhere.tar.gz")
+    error = _failure(repo, "missing")
+    assert not error.unsupported
+    assert error.message == f"Failed to get the canonical path for {directory / 'nowhere.tar.gz'}."  # tritonserver's
+    assert "names no file or folder" in error.detail and error.line == 6
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda root: root.write_text("not an archive"), "not a readable conda-pack archive (.tar.gz or .tar)"),
+        (lambda root: pack(fake_environment(root.with_suffix(".d"), "3.12", numpy_version=None), root),
+         "numpy is not installed in it (lib/python3.12/site-packages/numpy)"),
+        (lambda root: pack(fake_environment(root.with_suffix(".d"), "3.12", numpy_version="1.21.6"), root),
+         "its numpy is 1.21, older than 1.26"),
+    ],
+)
+def test_validate_refuses_what_cannot_host_the_model_process(tmp_path, make, expected):
+    repo = tmp_path / "models"
+    directory = env_model(repo, "m", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    make(directory / "env.tar.gz")
+    error = _failure(repo, "m")
+    assert expected in error.message and str(directory / "env.tar.gz") in error.message
+
+
+def test_validate_refuses_a_macos_environment(tmp_path):
+    repo = tmp_path / "models"
+    root = fake_environment(tmp_path / "mac", "3.12")
+    (root / "bin" / "python3.12").write_bytes(b"\xcf\xfa\xed\xfe" + b"\0" * 60)
+    env_model(repo, "m", str(root))
+    error = _failure(repo, "m")
+    assert error.unsupported and "its bin/python was built for macOS, not Linux" in error.message
+
+
+def test_a_model_with_an_environment_always_runs_in_a_process(monkeypatch):
+    spec = SimpleNamespace(name="m", config={"parameters": {"EXECUTION_ENV_PATH": {"string_value": "x.tar.gz"}}})
+    monkeypatch.setenv(INSTANCE_MODE_ENV, IN_PROCESS)
+    assert instance_mode(spec, 1) == PROCESS
+
+
+def test_activation_sets_tritons_variables_and_drops_the_serving_pythonpath(tmp_path):
+    env = activation_environment(tmp_path, {"PATH": "/usr/bin", "PYTHONPATH": "/opt/toolkit/python", "PYTHONHOME": "/x", "LD_LIBRARY_PATH": "/a"})
+    assert env["PATH"] == f"{tmp_path}/bin:/usr/bin" and env["LD_LIBRARY_PATH"] == f"{tmp_path}/lib:/a"
+    assert env["VIRTUAL_ENV"] == str(tmp_path) and "PYTHONPATH" not in env and "PYTHONHOME" not in env
+
+
+def test_portable_channel_carries_arrays_without_numpys_private_modules():
+    left, right = socket.socketpair()
+    sender, receiver = Channel(left, portable=True), Channel(right)
+    arrays = [
+        np.arange(12, dtype=np.float32).reshape(3, 4),
+        np.arange(40000, dtype=np.int64)[::2],  # not contiguous, sent out-of-band
+        np.array([[b"a", b"bc"]], dtype=object),
+        np.array(True),
+        np.zeros((0, 3), dtype=np.uint16),
+        np.frombuffer(b"\x01\x02", dtype=np.uint8),  # read-only
+        np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+    ]
+    message = ("result", 1, [("T", a, "X") for a in arrays] + [np.float32(1.5)])
+    meta: list = []
+    sender.send(message)
+    received = receiver.receive()
+    for (_, got, _), want in zip(received[2], arrays):
+        assert got.dtype == want.dtype and got.shape == want.shape and got.tolist() == want.tolist()
+        assert got.flags.writeable
+    assert received[2][-1] == np.float32(1.5) and received[2][-1].dtype == np.float32
+    # what travels names no numpy module: a numpy 1.x process can read what numpy 2.x wrote
+    import io
+
+    from handlers.backends.python import ipc
+
+    stream = io.BytesIO()
+    ipc._PortablePickler(stream, protocol=5, buffer_callback=meta.append).dump(message)
+    assert b"numpy" not in stream.getvalue()
+    sender.close()
+    receiver.close()
+
+
+def test_serve_runs_the_model_on_the_environments_interpreter(tmp_path, archive, environment):
+    repo = tmp_path / "models"
+    directory = env_model(repo, "packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    shutil.copy(archive, directory / "env.tar.gz")
+    env_model(repo, "unpacked", str(environment))
+    with serve(repo, "--device", "cpu") as server:
+        client = httpclient.InferenceServerClient(server.url)
+        try:
+            for name in ("packed", "unpacked"):
+                x = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
+                inputs = [httpclient.InferInput("X", list(x.shape), "FP32")]
+                inputs[0].set_data_from_numpy(x)
+                result = client.infer(name, inputs)
+                np.testing.assert_array_equal(result.as_numpy("Y"), x + 42)
+                executable, prefix, numpy_version, path = result.as_numpy("INFO")[0].decode().split("|", 3)
+                assert executable != sys.executable
+                assert executable.endswith("/bin/python") and prefix == executable[: -len("/bin/python")]
+                if name == "unpacked":
+                    assert prefix == str(environment)
+                else:  # unpacked at load time, as Triton does, into a folder of its own
+                    assert "toolkit_python_env_" in prefix
+                assert numpy_version == np.__version__
+                # nothing of the serving environment on the model's path: the environment's own
+                # folders and the model's (Triton puts the model's folders there too)
+                entries = [p for p in eval(path) if p]
+                assert all(p.startswith((prefix, str(repo))) for p in entries), entries
+        finally:
+            client.close()
+    assert os.path.exists(archive)
