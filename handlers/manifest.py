@@ -37,6 +37,11 @@ class ModelSpec:
     def max_batch_size(self) -> int:
         return int(self.config.get("max_batch_size", 0))
 
+    @property
+    def decoupled(self) -> bool:
+        """`model_transaction_policy { decoupled: true }`: zero or many responses per request."""
+        return bool((self.config.get("model_transaction_policy") or {}).get("decoupled", False))
+
 
 @dataclass(frozen=True)
 class Manifest:

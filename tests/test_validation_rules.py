@@ -196,7 +196,6 @@ def test_sequence_batching_controls_are_checked_before_refusing_the_model(repo):
         ('name: "m"\nbackend: "tensorrt"\n', "backend 'tensorrt' (platform 'tensorrt_plan')"),
         ('name: "m"\nplatform: "pytorch_libtorch"\n', "backend 'pytorch' (platform 'pytorch_libtorch')"),
         ('name: "m"\nplatform: "tensorflow_savedmodel"\n', "backend 'tensorflow'"),
-        ('name: "m"\nbackend: "python"\nmodel_transaction_policy { decoupled: true }\n', "decoupled"),
         ('name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "x.tar.gz" } }\n', "requirements.txt"),
     ],
 )

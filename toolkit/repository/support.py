@@ -8,8 +8,9 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from handlers.backends import BACKEND_MODULES
+from handlers.backends.python.config_checks import decoupled_ensemble_message
 
-from .backend_fields import ENSEMBLE_PLATFORM
+from .backend_fields import ENSEMBLE_PLATFORM, PYTHON_BACKEND
 from .errors import UnsupportedModelError
 
 # The backends the runtime has a module for (handlers/backends/__init__.py).
@@ -50,11 +51,14 @@ def check_supported(config: Message) -> None:
             model=name,
         )
     if config.model_transaction_policy.decoupled:
-        raise UnsupportedModelError(
-            f"model '{name}' uses model_transaction_policy {{ decoupled: true }}: streaming (decoupled) "
-            "responses are not supported yet; return exactly one response per request",
-            model=name,
-        )
+        if is_ensemble:
+            raise UnsupportedModelError(decoupled_ensemble_message(name), model=name)
+        if config.backend != PYTHON_BACKEND:
+            raise UnsupportedModelError(
+                f"model '{name}' uses model_transaction_policy {{ decoupled: true }} with backend "
+                f"'{config.backend}': decoupled (streaming) models are served for backend \"python\" only",
+                model=name,
+            )
     if "EXECUTION_ENV_PATH" in config.parameters:
         raise UnsupportedModelError(
             f"model '{name}' sets parameter EXECUTION_ENV_PATH (a conda-pack environment): list the "

@@ -35,7 +35,13 @@ from typing import Any
 
 from ...manifest import MANIFEST_FORMAT, ModelSpec
 from .autocomplete_process import DEFAULT_TIMEOUT_S, AutoCompleteFailure, run_auto_complete
-from .config_checks import check_supported, duplicate_tensor_warnings, validate_model_io_config, validate_updated_config
+from .config_checks import (
+    check_supported,
+    decoupled_ensemble_message,
+    duplicate_tensor_warnings,
+    validate_model_io_config,
+    validate_updated_config,
+)
 from .config_update import CODE_INTERNAL, ConfigError, update_model_config
 from .ensemble_consistency import validate_ensemble_config
 from .warmup_check import check_warmup
@@ -163,6 +169,10 @@ def complete_manifest(
             validate_ensemble_config(config, {model: by_name[model]["config"] for model in called})
         except ConfigError as exc:
             failures[entry["name"]] = exc.message
+            continue
+        decoupled = [m for m in called if (by_name[m]["config"].get("model_transaction_policy") or {}).get("decoupled")]
+        if decoupled:  # a step made itself decoupled: so is the ensemble (ValidateEnsembleConfig)
+            failures[entry["name"]] = decoupled_ensemble_message(entry["name"], decoupled)
             continue
         result.ensembles_checked.append(entry["name"])
 

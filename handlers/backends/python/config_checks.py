@@ -11,7 +11,7 @@ step (`complete.py`), which has no protobuf, runs these instead, with the same m
 - `validate_model_io_config`: ValidateModelIOConfig (inputs, outputs, reshape, batch inputs and
   outputs);
 - `check_supported`: what this product refuses in a valid config (toolkit/repository/support.py)
-  that an update can introduce: sequence batching and decoupled models.
+  that an update can introduce: sequence batching (a Python model may make itself decoupled).
 """
 
 from __future__ import annotations
@@ -219,12 +219,17 @@ def check_supported(config: Config) -> None:
             "keep the state in the client or an external store and use dynamic_batching",
             code=CODE_UNSUPPORTED,
         )
-    if config.get("model_transaction_policy", {}).get("decoupled", False):
-        raise ConfigError(
-            f"model '{name}' uses model_transaction_policy {{ decoupled: true }}: streaming (decoupled) "
-            "responses are not supported yet; return exactly one response per request",
-            code=CODE_UNSUPPORTED,
-        )
+
+
+def decoupled_ensemble_message(name: str, steps: Sequence[str] = ()) -> str:
+    """This product's refusal of an ensemble that a decoupled step makes decoupled (Triton's
+    ValidateEnsembleConfig marks such an ensemble decoupled)."""
+    which = f" ('{steps[0]}')" if steps else ""
+    return (
+        f"ensemble '{name}' is decoupled (a step's model{which} has model_transaction_policy {{ decoupled: true }}): "
+        "streaming responses through an ensemble is not supported; call the decoupled model directly "
+        "(generate_stream, gRPC ModelStreamInfer) or from a Python model with BLS exec(decoupled=True)"
+    )
 
 
 def duplicate_tensor_warnings(config: Config) -> list[str]:
@@ -244,6 +249,7 @@ def duplicate_tensor_warnings(config: Config) -> list[str]:
 
 __all__ = [
     "check_supported",
+    "decoupled_ensemble_message",
     "duplicate_tensor_warnings",
     "element_count",
     "validate_model_io_config",
