@@ -13,7 +13,8 @@ transport reads the same events:
   which runs the hooks registered with `on_cancel` (the request leaves the batcher's queue if it
   is still there; the model sees `request.is_cancelled()`);
 - `ResponseStream`: a sink that an asyncio consumer reads with `async for event in stream`
-  (HTTP generate / generate_stream, gRPC ModelStreamInfer). Events are buffered until read.
+  (HTTP generate / generate_stream, gRPC ModelStreamInfer). Events are buffered until read;
+  once the consumer cancels, its iteration ends.
 
 `LoadedModel.stream(request)` (model_repository.py) starts a request and returns its stream, for a
 decoupled model or not (a non-decoupled model gives exactly one final event), so a transport needs
@@ -147,12 +148,22 @@ class ResponseStream(ResponseSink):
             except RuntimeError:  # the consumer's loop is closed: nobody reads any more
                 pass
 
+    def cancel(self) -> None:
+        """The consumer is gone: as ResponseSink.cancel, and the iteration ends at once."""
+        super().cancel()
+        with self._lock:
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            self._loop.call_soon_threadsafe(_wake, waiter)
+
     def __aiter__(self) -> ResponseStream:
         return self
 
     async def __anext__(self) -> StreamEvent:
         while True:
             with self._lock:
+                if self._cancelled:
+                    raise StopAsyncIteration
                 if self._events:
                     return self._events.popleft()
                 if self._finished:

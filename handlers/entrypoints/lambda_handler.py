@@ -54,7 +54,7 @@ class LambdaHandler:
 
     def __init__(self, repository: ModelRepository) -> None:
         self.repository = repository
-        self.app = create_app(repository)
+        self.app = create_app(repository, streaming=False)  # Mangum returns one buffered response
         self._mangum = Mangum(self.app, lifespan="off")
         self.invocations = 0
 
