@@ -12,7 +12,8 @@ thread) until the request is cancelled and records it; 11 a final response from 
 after `execute` returned; 13 raises before sending; 14 a flag-only final; 15 sleeps COUNT ms in
 `execute`, then a final response; 16 a final response with the request's parameters, id and
 requested outputs as JSON; 17 returns [None]; 18 one response, then the model process exits; 19
-blocks `execute` until the request is cancelled (at most 60 s), then sends a flag-only final.
+sends one response, then blocks `execute` until the request is cancelled (at most 60 s), then
+sends a flag-only final.
 """
 
 import json
@@ -120,6 +121,7 @@ class TritonPythonModel:
             sender.send(response(0, "before exit"))
             os._exit(3)
         elif mode == 19:
+            sender.send(response(0, "holding the instance"))
             deadline = time.monotonic() + 60
             while not request.is_cancelled() and time.monotonic() < deadline:
                 time.sleep(0.01)
