@@ -108,6 +108,7 @@ def run(
     max_trials: int = 10,
     extra: tuple[str, ...] = (),
     timeout: float = 1800,
+    protocol: str = "http",
 ) -> tuple[list[Level], str]:
     """Run perf_analyzer with the seeds' options (`-b 2 --shape ... --concurrency-range ...
     --percentile=95`) plus the window and stability options a shared 2-core machine needs.
@@ -123,6 +124,8 @@ def run(
     ]
     if shape:
         command[5:5] = ["--shape", shape]
+    if protocol != "http":
+        command[1:1] = ["-i", protocol]  # -i grpc: ModelInfer on the gRPC port
     out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     text = out.stdout + out.stderr
     levels = parse(out.stdout)

@@ -2,6 +2,7 @@
 serve` against the real tritonserver, measured by the real perf_analyzer. One command:
 
     .venv/bin/python bench/serve_vs_triton.py            # ~50 min on 2 cores; --quick: ~5 min
+    .venv/bin/python bench/serve_vs_triton.py --protocol grpc   # the same over gRPC (perf_analyzer -i grpc)
 
 writes bench/results/<date>-<host>.md (tables, targets, profile), its PNG plots and the raw
 results (.json; `--render FILE.json` renders them again without measuring).
@@ -15,20 +16,23 @@ guide's own STRModel at full width exported with torch.onnx.export as the guide 
 parameters, so the runtime's CPU budget sets its threads.
 
 Configurations, every one with an explicit `instance_group { count, kind: KIND_CPU }` and ORT
-intra-op threads = ANCHOR_ORT_THREADS (default 1, `--ort-threads`):
+intra-op threads from the config's `intra_op_thread_count` (default 1, `--ort-threads`):
 (1) no dynamic batching, 1 instance; (2) dynamic batching, 1 instance; (3) dynamic batching,
 2 instances; (4a/4b) as (3) with max_queue_delay_microseconds 10 / 100. The tiny model runs (1)
 and (2). text_recognition_full runs the seeds' three: (1), (2) and (T), the guide's
-`dynamic_batching { }` with 2 instances; its Triton gets ANCHOR_ORT_THREADS = CPUs / instances
+`dynamic_batching { }` with 2 instances; its Triton gets `--ort-threads` = CPUs / instances
 per configuration, the count the runtime's CPU budget chooses by itself (Triton's onnxruntime
 backend would otherwise give every session all the cores).
 
 Load: perf_analyzer 2.51 with the seeds' command `-b 2 --shape input.1:1,32,100
 --concurrency-range 2:16:2 --percentile=95` (plus measurement window and stability options for a
-shared 2-core machine), against both servers on the same repository. Both servers run during a
+shared 2-core machine), against both servers on the same repository; `--protocol grpc` sends the same load with
+`-i grpc` to both servers' gRPC ports (Triton's 8001 equivalent, `toolkit serve --grpc-port`) and
+writes its results beside, suffixed `-grpc`. Both servers run during a
 configuration's measurements; the repeats alternate which one goes first (interleaved); ratios
 are of the medians. The raw ceiling is ONNX Runtime alone, in-process, at the batch sizes the
-batcher forms. Triton is the anchor build (python backend + ONNX Runtime), labelled as such.
+batcher forms. Triton is tritonserver 2.51 from scripts/tools/tritonserver (python backend +
+ONNX Runtime, docs/tools.md), labelled as such.
 """
 
 from __future__ import annotations
@@ -250,7 +254,7 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
             f"{onnx.stat().st_size / 1e6:.0f} MB. Random weights (the guide's trained None-ResNet-None-CTC.pth is not "
             f"on PyPI; throughput does not depend on them). No thread parameters: toolkit's CPU budget gives each "
             f"session CPUs / instances threads ({cpus()} CPUs here), and Triton's model the same count through "
-            f"ANCHOR_ORT_THREADS. ONNX Runtime alone, 1 thread: {cost[1]:.1f} ms per inference at batch 1, "
+            f"scripts/tools/tritonserver serve --ort-threads. ONNX Runtime alone, 1 thread: {cost[1]:.1f} ms per inference at batch 1, "
             f"{cost[2]:.1f} ms per run of batch 2 (one request), {cost[8]:.1f} ms per run of batch 8.")
     elif model == TEXT:
         description = (
@@ -300,8 +304,8 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
                              ort_version=args.ort_version, logs=work / "logs") as started:
             for kind, server in started.items():  # warm-up, not recorded (no stability asked)
                 try:
-                    perf_analyzer.run(served, server.url, shape=signature["shape"],
-                                      concurrency=f"{args.target}:{args.target}",
+                    perf_analyzer.run(served, server.address(args.protocol), shape=signature["shape"],
+                                      protocol=args.protocol, concurrency=f"{args.target}:{args.target}",
                                       measurement_ms=max(1000, measurement_ms if model == FULL else 0),
                                       stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)
                 except perf_analyzer.PerfAnalyzerError as exc:  # it warmed up all the same
@@ -312,8 +316,9 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
                 order = [servers.TOOLKIT, servers.TRITON] if repeat % 2 == 0 else [servers.TRITON, servers.TOOLKIT]
                 for kind in order:
                     levels = perf_analyzer.run_levels(
-                        served, started[kind].url, shape=signature["shape"], concurrency=args.concurrency,
-                        measurement_ms=measurement_ms, stability=args.stability, max_trials=args.max_trials)
+                        served, started[kind].address(args.protocol), shape=signature["shape"],
+                        concurrency=args.concurrency, measurement_ms=measurement_ms, stability=args.stability,
+                        max_trials=args.max_trials, protocol=args.protocol)
                     runs[kind].append([level.as_dict() for level in levels])
                     last = levels[-1]
                     _log(f"  repeat {repeat + 1} {kind:8s} c{last.concurrency}: {last.throughput:8.1f} infer/s, "
@@ -341,9 +346,10 @@ def profile_model(model: str, key: str, args: argparse.Namespace, work: Path) ->
         measured: list = []
 
         def load() -> None:
-            levels, _ = perf_analyzer.run(served, server.url, shape=signature["shape"],
+            levels, _ = perf_analyzer.run(served, server.address(args.protocol), shape=signature["shape"],
                                           concurrency=f"{args.target}:{args.target}", measurement_ms=5000,
-                                          stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)
+                                          stability=perf_analyzer.LOOSE_STABILITY, max_trials=3,
+                                          protocol=args.protocol)
             measured.extend(levels)
 
         folded = server_profile.record_under_load(server.python_pid(), seconds, work / f"profile-{model}-{key}.txt",
@@ -364,7 +370,7 @@ def main() -> None:
     parser.add_argument("--models", default=f"{TEXT},{TINY},{FULL}")
     parser.add_argument("--configs", default="", help="only these configurations, e.g. 2,3 or text_recognition:2")
     parser.add_argument("--width", type=float, default=0.25, help="channel width of the text_recognition model")
-    parser.add_argument("--ort-threads", type=int, default=1, help="intra-op threads (= ANCHOR_ORT_THREADS)")
+    parser.add_argument("--ort-threads", type=int, default=1, help="intra-op threads (intra_op_thread_count) on both servers")
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--tiny-measurement-ms", type=int, default=1000)
     parser.add_argument("--full-measurement-ms", type=int, default=8000,
@@ -379,6 +385,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 repeat, c 4:16:12, short windows (a smoke run)")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     parser.add_argument("--render", type=Path, help="render the report of a saved .json again, measure nothing")
+    parser.add_argument("--protocol", choices=("http", "grpc"), default="http",
+                        help="what perf_analyzer speaks to both servers: http (-i http) or grpc (-i grpc, gRPC ports)")
     args = parser.parse_args()
 
     if args.render:
@@ -405,22 +413,23 @@ def main() -> None:
             "host": host,
             "command": " ".join(["bench/serve_vs_triton.py", *sys.argv[1:]]),
             "target_concurrency": args.target,
+            "protocol": args.protocol,
             "setup": {
                 "machine": f"{_cpu_model()}, {os.cpu_count()} logical CPUs (perf_analyzer and the server share them)",
                 "CPU budget": f"{cpus()} CPU(s) for the runtime's thread budget (handlers/cpu_budget.py)",
                 "load before start": f"{load:.2f} (1-minute load average; the run waits for < {args.max_load})",
                 "toolkit": f"commit {_git_commit()}, Python {platform.python_version()}, onnxruntime "
-                           f"{args.ort_version}, uvicorn + httptools + uvloop",
-                "Triton": f"tritonserver 2.51.0 via shared/anchors/triton-anchor: python backend + ONNX Runtime "
-                          f"{args.ort_version}, CPU, ANCHOR_ORT_THREADS={args.ort_threads} (text_recognition_full: "
-                          "CPUs / instances) (a conservative anchor, not Triton's onnxruntime backend)",
-                "perf_analyzer": f"{perf_analyzer.version()}: -b 2 [--shape input.1:1,32,100] --concurrency-range "
+                           f"{args.ort_version}, " + ("grpcio asyncio server on uvloop" if args.protocol == "grpc" else "uvicorn + httptools + uvloop"),
+                "Triton": f"tritonserver 2.51.0 via scripts/tools/tritonserver serve: python backend + ONNX Runtime "
+                          f"{args.ort_version}, CPU, intra_op_thread_count={args.ort_threads} (text_recognition_full: "
+                          "--ort-threads CPUs / instances) (a conservative anchor, not Triton's onnxruntime backend)",
+                "perf_analyzer": f"{perf_analyzer.version()}: -i {args.protocol} -b 2 [--shape input.1:1,32,100] --concurrency-range "
                                  f"{args.concurrency} --percentile=95 --measurement-interval {args.measurement_ms} "
                                  f"(tiny: {args.tiny_measurement_ms}) --stability-percentage {args.stability} "
                                  f"--max-trials {args.max_trials}",
                 "fairness": f"every config sets instance_group {{ count, kind: KIND_CPU }}; intra-op threads "
                             f"{args.ort_threads} and inter-op 1 on both servers (text_recognition_full: no thread "
-                            "parameters; toolkit's CPU budget and Triton's ANCHOR_ORT_THREADS both give CPUs / "
+                            "parameters; toolkit's CPU budget and tritonserver serve --ort-threads both give CPUs / "
                             "instances); same ONNX file; both servers up during a configuration, repeats alternate "
                             "which goes first",
                 "repeats": f"{args.repeats} per (configuration, server); medians, ratios of medians",
@@ -442,7 +451,7 @@ def main() -> None:
                     model, key, args, work)
     data["meta"]["duration_min"] = (time.monotonic() - started) / 60
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"{now.strftime('%Y-%m-%d')}-{host}"
+    name = f"{now.strftime('%Y-%m-%d')}-{host}" + ("-grpc" if args.protocol == "grpc" else "")
     raw = args.out / f"{name}.json"
     raw.write_text(json.dumps(data, indent=1))
     path = report.render(data, args.out / f"{name}.md")

@@ -1,9 +1,12 @@
 """The two servers the benchmark compares, started as real processes on free ports.
 
 - `toolkit`: `toolkit serve REPO --device cpu` (this repository's runtime, uvicorn);
-- `triton`: shared/anchors/triton-anchor REPO, the real tritonserver 2.51 with the python
-  backend running ONNX Runtime (see shared/anchors/README.md for how to label its numbers), with
-  ANCHOR_ORT_THREADS and ANCHOR_ORT_VERSION set to what `toolkit serve` uses.
+- `triton`: `scripts/tools/tritonserver serve REPO`, the real tritonserver 2.51 (the project's
+  pinned tool, docs/tools.md) whose ONNX models run as python-backend models with ONNX Runtime on
+  CPU, one session per instance, with the session options of the config's `parameters` (the same
+  intra-op threads as `toolkit serve`; `ort_threads` where the config sets none: `--ort-threads`)
+  and the ONNX Runtime version `toolkit serve` uses (TOOLKIT_TRITON_ORT_VERSION). See
+  docs/tools.md for how to label its numbers.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from perf_analyzer import ANCHORS, ROOT
+from perf_analyzer import ROOT
+
+TRITONSERVER = ROOT / "scripts" / "tools" / "tritonserver"
 
 TOOLKIT = "toolkit"
 TRITON = "triton"
@@ -51,10 +56,15 @@ class Server:
     process: subprocess.Popen
     port: int
     log: Path
+    grpc_port: int = 0
 
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, protocol: str = "http") -> str:
+        """What perf_analyzer's -u takes for `protocol` (http: the HTTP port, grpc: the gRPC port)."""
+        return f"127.0.0.1:{self.grpc_port}" if protocol == "grpc" else self.url
 
     @property
     def label(self) -> str:
@@ -76,21 +86,22 @@ class Server:
             self.process.wait(30)
 
 
-def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 300) -> Server:
-    port = free_port()
+def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 900) -> Server:
+    """`timeout` covers the first use of scripts/tools/tritonserver, which installs it."""
+    port, grpc_port = free_port(), free_port()
     if kind == TOOLKIT:
-        command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-                   "--log-level", "warning"]
+        command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--grpc-port",
+                   str(grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level", "warning"]
     else:
-        command = [str(ANCHORS / "triton-anchor"), str(repo), "--http-port", str(port), "--grpc-port",
-                   str(free_port()), "--metrics-port", str(free_port())]
-    env = {**os.environ, "ANCHOR_ORT_THREADS": str(ort_threads), "ANCHOR_ORT_VERSION": ort_version}
+        command = [str(TRITONSERVER), "serve", str(repo), "--http-port", str(port), "--grpc-port", str(grpc_port),
+                   "--metrics-port", "0", "--ort-threads", str(ort_threads)]
+    env = {**os.environ, "TOOLKIT_TRITON_ORT_VERSION": ort_version}
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"{kind}-{repo.name}-{port}.log"
     with open(log, "w") as handle:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-    server = Server(kind, process, port, log)
+    server = Server(kind, process, port, log, grpc_port)
     deadline = time.monotonic() + timeout
     while not _ready(port):
         if process.poll() is not None:

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import cpu_budget
 from .backends import backend_module
+from .backends.ensemble import EnsembleScheduler
 from .batching import DynamicBatcher
 from .errors import ErrorCode, InferenceError, internal, not_found, unavailable, unsupported
 from .inference import InferOutcome, InferRequest, InferResponse
@@ -259,8 +260,6 @@ class ModelRepository:
         return depth
 
     def _load_ensemble(self, model: LoadedModel) -> None:
-        from .backends.ensemble import EnsembleScheduler
-
         scheduler = EnsembleScheduler(model.spec, model.version, self, model.statistics)
         for name, version in scheduler.composing_models():
             by_version = self.models.get(name, {})

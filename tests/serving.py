@@ -34,10 +34,17 @@ def _get(url: str, timeout: float = 2.0) -> int:
 
 
 class Server:
-    def __init__(self, process: subprocess.Popen, port: int, log: Path):
+    def __init__(self, process: subprocess.Popen, port: int, log: Path, grpc_port: int = 0):
         self.process = process
         self.port = port
+        self.grpc_port = grpc_port
         self.log = log
+
+    @property
+    def grpc(self) -> str:
+        """host:port of the gRPC listener (tritonclient.grpc's `url`)."""
+        assert self.grpc_port, "this server was started without gRPC"
+        return f"127.0.0.1:{self.grpc_port}"
 
     @property
     def url(self) -> str:
@@ -54,6 +61,16 @@ class Server:
 @contextlib.contextmanager
 def serve(repo: Path, *args: str, ready_timeout: float = 90.0, env: dict | None = None, wait_ready: bool = True) -> Iterator[Server]:
     port = free_port()
+    # tritonserver's gRPC and metrics ports (8001, 8002) would collide between concurrent tests:
+    # gRPC gets a free port, metrics is off, unless the caller says otherwise.
+    grpc_port = 0
+    if "--grpc-port" not in args:
+        grpc_port = free_port()
+        args = (*args, "--grpc-port", str(grpc_port))
+    else:
+        grpc_port = int(args[args.index("--grpc-port") + 1])
+    if "--metrics-port" not in args:
+        args = (*args, "--metrics-port", "0")
     log = Path(os.environ.get("PYTEST_TMPDIR", "/tmp")) / f"toolkit-serve-{port}.log"
     handle = open(log, "w")
     process = subprocess.Popen(
@@ -63,7 +80,7 @@ def serve(repo: Path, *args: str, ready_timeout: float = 90.0, env: dict | None 
         stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {})},
     )
-    server = Server(process, port, log)
+    server = Server(process, port, log, grpc_port)
     try:
         if wait_ready:
             deadline = time.monotonic() + ready_timeout

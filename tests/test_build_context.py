@@ -412,6 +412,9 @@ def test_builder_none_writes_a_reproducible_context_and_prints_the_command(tmp_p
     assert report["image"] is None and report["cold_start"]["measured"] is False
     assert f"-t quickstart:{tag}" in report["build_command"] and "--network none" in report["build_command"]
     assert f"quickstart:{tag}" in result.output
+    # Cloud Run sends a container concurrent requests: python models run in model processes
+    assert report["python_instance_mode"] == "process"
+    assert 'TOOLKIT_PYTHON_INSTANCE_MODE="process"' in (out / "Dockerfile").read_text()
     # the runtime's CPU thread budget on the service's CPUs (2 instances -> --cpu 2 -> 1 thread each)
     assert report["cpu_budget"]["cpus"] == 2 and report["cpu_budget"]["basis"] == "cloudrun --cpu 2"
     assert [m["cpu_threads"] for m in report["models"]] == ["1 (budget)"]
@@ -460,6 +463,10 @@ def test_lambda_context_selects_models_and_adds_model_requirements(tmp_path: Pat
     assert "mangum" in report["python_deps"] and "awslambdaric" not in report["python_deps"]  # AWS base has its own
     assert not any("auto_complete_config" in w for w in report["warnings"])  # pm has none: nothing runs in the image
     assert any("6 MB" in w for w in report["warnings"])
+    # one request per environment: single-instance python models stay in the serving process
+    assert report["python_instance_mode"] == "auto"
+    assert 'TOOLKIT_PYTHON_INSTANCE_MODE="auto"' in (out / "Dockerfile").read_text()
+    assert "python instances" in result.output and "TOOLKIT_PYTHON_INSTANCE_MODE=auto" in result.output
 
     (pm / "requirements.txt").write_text("onnxruntime\n")
     clash = runner.invoke(
@@ -507,3 +514,17 @@ def test_output_inside_the_repository_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "inside the model repository" in result.output
     assert not (repo / "ctx").exists()
+
+
+def test_buildah_image_sizes_are_read_as_bytes_whatever_form_buildah_prints() -> None:
+    """buildah 1.2x prints `"size": "309 MB"` (go-units text, decimal) in `images --json`; newer
+    ones print bytes. Both read as bytes; anything else is a clear build error, not a crash."""
+    from toolkit.build.builders import _buildah_size
+    from toolkit.build.errors import BuildError
+
+    assert _buildah_size("309 MB") == 309_000_000
+    assert _buildah_size("1.5 GB") == 1_500_000_000
+    assert _buildah_size("512 B") == 512
+    assert _buildah_size(303_456_789) == 303_456_789
+    with pytest.raises(BuildError, match="cannot read"):
+        _buildah_size("lots")

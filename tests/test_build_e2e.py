@@ -8,8 +8,8 @@ they are missing the tests skip, unless TOOLKIT_REQUIRE_DOCKER=1 (CI sets it): t
 - cloudrun: the image runs with a read-only root as its non-root user; tritonclient.http
   checks health, metadata, config and outputs; SIGTERM drains and exits 0.
 - lambda: the image runs as Lambda runs it (read-only root, /tmp tmpfs, an arbitrary non-root
-  uid); the real awslambdaric inside it polls toolkit.build.lambda_emulator's Runtime API, and
-  tritonclient talks to it through the emulated Function URL.
+  uid) under AWS's own Lambda Runtime Interface Emulator (`toolkit build --measure-cold-start`,
+  `toolkit run`); tritonclient and perf_analyzer talk to it through the Function URL front.
 - push: to a local registry (docker-registry from apt) and pulled back.
 - python auto-complete: a python model whose auto_complete_config imports a package that only its
   requirements.txt brings (a local wheel built here) is completed by the image build; the
@@ -21,19 +21,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import manifest_checks
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from serving import free_port
-
-from toolkit.build.lambda_emulator import FunctionURL, RuntimeAPI, function_url_event
+from tools import lambda_rie, perf_analyzer
 
 pytestmark = pytest.mark.docker
 
@@ -139,6 +141,9 @@ def test_cloudrun_image_is_small_labelled_and_carries_only_the_runtime(engine: d
     assert labels["io.triton-serverless-toolkit.versions"] == "add_sub:1"
     assert labels["io.triton-serverless-toolkit.repository.digest"] == cloudrun_image["repository_digest"]
     assert labels["io.triton-serverless-toolkit.version"] == "0.1.0"
+    (service,) = map(Path, cloudrun_image["manifests"])  # the Cloud Run service.yaml written beside the image
+    assert manifest_checks.knative_validate(service)[0] == 0
+    assert manifest_checks.kubernetes_strict_errors(manifest_checks.load(service)) == []
     check = (
         "import importlib.util as u; "
         "print(sorted(m for m in ('toolkit', 'google', 'onnx', 'jinja2', 'boto3', 'tritonclient', 'mangum') if u.find_spec(m)))"
@@ -171,29 +176,54 @@ def test_cloudrun_image_serves_tritonclient_read_only_and_drains_on_sigterm(engi
 
 
 def test_lambda_image_runs_as_lambda_runs_it(engine: dict[str, str], tmp_path: Path) -> None:
-    report = toolkit_build(engine, tmp_path / "ctx", "--target", "lambda")
+    env = {**engine, "TOOLKIT_LAMBDA_RIE": lambda_rie()}
+    report = toolkit_build(env, tmp_path / "ctx", "--target", "lambda", "--measure-cold-start")
     assert report["image_size"] < LAMBDA_SIZE_GOAL, report["image_size"]
     assert {"mangum", "awslambdaric"} <= set(report["python_deps"]) and "uvicorn" not in report["python_deps"]
     assert any("6 MB" in w for w in report["warnings"])
-    with RuntimeAPI(function_name="quickstart") as api, FunctionURL(api, timeout=120) as url:
-        args = ["run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--user", "4242:4242"]
-        for key, value in api.environment().items():
-            args += ["-e", f"{key}={value}"]
-        container = docker(engine, *args, report["image"]).stdout.strip()
+    (template,) = map(Path, report["manifests"])  # the SAM template written beside the image
+    checked = manifest_checks.sam_validate(template)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    cold = report["cold_start"]  # measured under the RIE: its INIT REPORT is part of the total
+    assert cold["measured"] and "AWS Lambda RIE" in cold["how"], cold
+    assert 0 < cold["init_seconds"] < cold["seconds"], cold
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "run", report["image"], "--port", str(port), "--builder", "docker"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+    try:
+        banner = process.stderr.readline()  # printed once the RIE listens (or the error, at exit)
+        assert "under AWS's Lambda Runtime Interface Emulator in container" in banner, banner + process.stderr.read()
+        container = banner.split("in container ")[1].split(";")[0]
+        host_config = json.loads(docker(engine, "inspect", "--format", "{{json .HostConfig}}", container).stdout)
+        config = json.loads(docker(engine, "inspect", "--format", "{{json .Config}}", container).stdout)
+        assert host_config["ReadonlyRootfs"] is True and "/tmp" in host_config["Tmpfs"]
+        assert config["User"] == "993:990" and config["Entrypoint"] == ["/aws-lambda-rie"]
+
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=120)
+        assert client.is_server_ready() and client.is_model_ready("add_sub")
+        infer_add_sub(client)
+        client.close()
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v2/models/add_sub/infer", data=b"{not json",
+                                         method="POST", headers={"Content-Type": "application/json"})
         try:
-            ready = api.invoke(function_url_event("GET", "/v2/health/ready", {}, b"", "localhost"), 120)
-            assert ready.outcome == "response" and ready.payload["statusCode"] == 200, docker(engine, "logs", container).stderr
-
-            client = httpclient.InferenceServerClient(url.address, network_timeout=120)
-            assert client.is_server_ready() and client.is_model_ready("add_sub")
-            infer_add_sub(client)
-
-            bad = api.invoke(
-                function_url_event("POST", "/v2/models/add_sub/infer", {"content-type": "application/json"}, b"{not json", "localhost"), 60
-            )
-            assert bad.payload["statusCode"] == 400 and "error" in json.loads(bad.payload["body"])
-        finally:
-            docker(engine, "rm", "-f", container, check=False)
+            urllib.request.urlopen(request, timeout=60)
+            raise AssertionError("malformed JSON was accepted")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 400 and "error" in json.loads(exc.read())
+        out = subprocess.run(
+            [perf_analyzer(), "-u", f"127.0.0.1:{port}", "-m", "add_sub", "--shape", "INPUT0:16", "--shape", "INPUT1:16",
+             "--concurrency-range", "1", "--request-count", "20"],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert out.returncode == 0 and "Throughput" in out.stdout, out.stdout + out.stderr
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert docker(engine, "ps", "-aq", "--filter", f"name=^{container}$").stdout.strip() == ""  # removed at exit
 
 
 @pytest.fixture

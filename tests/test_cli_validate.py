@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import textwrap
 
+import cli_runner
 import model_builders as mb
-from typer.testing import CliRunner
 
-from toolkit.cli import app
 
-runner = CliRunner()
 TEXT_RECOGNITION = """
 name: "text_recognition"
 backend: "onnxruntime"
@@ -35,7 +33,7 @@ def seed_repository(repo):
 
 
 def invoke(*args: str):
-    return runner.invoke(app, list(args), env={"COLUMNS": "200", "NO_COLOR": "1"})
+    return cli_runner.invoke(list(args), columns=200)
 
 
 def test_validate_table_errors_and_exit_code(repo):
@@ -81,7 +79,7 @@ def test_validate_ok_repository_exits_0(repo):
 def test_model_names_are_not_truncated(repo):
     name = "a_very_long_model_name_that_would_not_fit_in_a_narrow_table_column_at_all"
     mb.add_sub(repo / name / "1" / "model.onnx")
-    result = runner.invoke(app, ["validate", str(repo)], env={"COLUMNS": "60", "NO_COLOR": "1"})
+    result = cli_runner.invoke(["validate", str(repo)], columns=60)
     assert result.exit_code == 0, result.output
     assert name in result.stdout
 

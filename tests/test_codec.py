@@ -1,8 +1,8 @@
 """The v2 tensor codec against the real client: request bodies are built by tritonclient's
 `InferenceServerClient.generate_request_body` and responses read by `parse_response_body`.
 
-Expected error messages marked "Triton 2.51" were recorded from tritonserver 2.51 through
-/work/shared/anchors/triton-anchor; where this runtime deliberately differs (400 instead of 500,
+Expected error messages marked "Triton 2.51" were recorded from tritonserver 2.51
+(`scripts/tools/tritonserver serve`, docs/tools.md); where this runtime deliberately differs (400 instead of 500,
 clearer wording where Triton's text is an internal accident) docs/protocol.md says so.
 """
 

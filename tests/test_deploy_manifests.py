@@ -9,6 +9,11 @@
   .../configuring/healthchecks: failureThreshold x periodSeconds <= 240 s, 1800 s in the GPU
   example; concurrency <= 1000).
 - The Knative YAML carries no Cloud Run annotation.
+- Every variant (CPU / GPU, public / IAM URL, provisioned concurrency, arm64, min / max scale,
+  namespace, service account, environment) passes its ecosystem's own validators
+  (tests/manifest_checks.py): `sam validate --lint` for SAM; for the Knative Services (Cloud Run's
+  included) Knative's API-type validators and Kubernetes' strict schemas; a broken manifest fails
+  each of them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import manifest_checks
 import model_builders as mb
 from conftest import write_config
 from toolkit.deploy.aws_lambda.settings import LambdaOverrides, lambda_settings, memory_for
@@ -374,3 +380,97 @@ def test_write_manifests_checks_option_types(tmp_path, compiled):
         write_manifests("cloudrun", tmp_path, image=AR_IMAGE, name="x", compiled_repository=compiled, options=LambdaOverrides())
     with pytest.raises(DeployOptionError, match="unknown target"):
         write_manifests("ecs", tmp_path, image=AR_IMAGE, name="x", compiled_repository=compiled)
+
+
+# ------------------------------------------------------------------------------------------
+# every variant through its ecosystem's validators
+
+SAM_VARIANTS = {
+    "defaults": (ECR_IMAGE, None),
+    "public-provisioned-arm64-env": ("add-sub:local", LambdaOverrides(
+        auth="none", provisioned_concurrency=3, memory_mb=3008, architecture="arm64", timeout_s=900,
+        ephemeral_storage_mb=10240, environment={"TOOLKIT_LOG_LEVEL": "debug", "QUOTED": 'a: "b" # c'},
+    )),
+}
+SERVICE_VARIANTS = {
+    "cloudrun-cpu": ("cloudrun", False, ServiceOverrides()),
+    "cloudrun-cpu-scale-env-region": ("cloudrun", False, ServiceOverrides(
+        region="europe-west1", min_instances=1, max_instances=5, environment={"TOOLKIT_LOG_LEVEL": "warning", "Q": 'x: "y"'},
+        service_account="runner@proj.iam.gserviceaccount.com",
+    )),
+    "cloudrun-gpu": ("cloudrun", True, ServiceOverrides()),
+    "cloudrun-gpu-no-zonal-redundancy": ("cloudrun", True, ServiceOverrides(gpu_zonal_redundancy=False, max_instances=1)),
+    "knative-cpu": ("knative", False, ServiceOverrides()),
+    "knative-gpu-namespace-scale": ("knative", True, ServiceOverrides(namespace="models", min_instances=2, max_instances=4)),
+    "knative-env-service-account": ("knative", False, ServiceOverrides(
+        environment={"TOOLKIT_LOG_LEVEL": "info"}, service_account="toolkit-runner",
+    )),
+}
+
+
+@pytest.fixture(scope="module")
+def service_manifests(tmp_path_factory, compiled, compiled_gpu) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("services")
+    written = {}
+    for variant, (target, gpu, options) in SERVICE_VARIANTS.items():
+        image = AR_IMAGE if target == "cloudrun" else "registry.example.com/add-sub:1"
+        (path,) = write_manifests(target, folder / variant, image=image, name="add_sub",
+                                  compiled_repository=compiled_gpu if gpu else compiled, options=options)
+        written[variant] = path
+    return written
+
+
+@pytest.mark.parametrize("variant", sorted(SAM_VARIANTS))
+def test_sam_validate_lint_accepts_every_variant(tmp_path, compiled, variant):
+    image, options = SAM_VARIANTS[variant]
+    (path,) = write_manifests("lambda", tmp_path, image=image, name="add-sub", compiled_repository=compiled, options=options)
+    for lint in (True, False):  # cfn-lint through sam, and SAM's translator alone
+        result = manifest_checks.sam_validate(path, lint=lint)
+        assert result.returncode == 0 and "is a valid SAM Template" in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_sam_validate_rejects_a_broken_template(tmp_path, compiled):
+    (path,) = write_manifests("lambda", tmp_path, image=ECR_IMAGE, name="add-sub", compiled_repository=compiled)
+    path.write_text(path.read_text().replace("MemorySize: 1769", "MemorySize: 99999"))
+    result = manifest_checks.sam_validate(path)
+    assert result.returncode != 0 and "99999" in result.stdout + result.stderr, result.stdout + result.stderr
+    path.write_text(path.read_text().replace("MemorySize: 99999", "MemorySize: 1769").replace("AutoPublishAlias: live", "AutoPublishAlias: [1]"))
+    result = manifest_checks.sam_validate(path, lint=False)  # the translator refuses what SAM cannot transform
+    assert result.returncode != 0, result.stdout + result.stderr
+
+
+def test_knative_api_types_accept_every_service_variant(service_manifests):
+    status, results = manifest_checks.knative_validate(*service_manifests.values())
+    assert status == 0, results
+    assert sorted(r["file"] for r in results) == sorted(map(str, service_manifests.values()))
+    assert all(r["errors"] == [] and r["name"] == "add-sub" for r in results)
+
+
+@pytest.mark.parametrize("variant", sorted(SERVICE_VARIANTS))
+def test_kubernetes_strict_schemas_accept_every_service_variant(service_manifests, variant):
+    assert manifest_checks.kubernetes_strict_errors(manifest_checks.load(service_manifests[variant])) == []
+
+
+def test_the_service_validators_are_not_rubber_stamps(service_manifests, tmp_path):
+    doc = manifest_checks.load(service_manifests["knative-gpu-namespace-scale"])
+    spec = doc["spec"]["template"]["spec"]
+    spec["timeoutSeconds"] = "300"  # a Knative field with the wrong type
+    spec["containers"][0]["resources"]["limits"]["memory"] = {"Gi": 1}  # a quantity that is not one
+    spec["containers"][0]["imagePullPolicy"] = 7  # a core field with the wrong type
+    spec["containers"][0]["readinessprobe"] = {"httpGet": {"path": "/v2/health/ready"}}  # misspelt: unknown
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(doc))
+    status, (result,) = manifest_checks.knative_validate(broken)
+    assert status == 1
+    paths = {e["path"] for e in result["errors"]}
+    assert {"/spec/template/spec/timeoutSeconds", "/spec/template/spec/containers/0/imagePullPolicy"} <= paths, result
+    assert any(p.startswith("/spec/template/spec/containers/0/resources/limits/memory") for p in paths), result
+    assert any("imagePullPolicy" in e for e in manifest_checks.kubernetes_strict_errors(doc))
+    only_unknown = manifest_checks.load(service_manifests["cloudrun-cpu"])
+    only_unknown["spec"]["template"]["spec"]["containers"][0]["readinessprobe"] = {"httpGet": {"path": "/"}}  # misspelt
+    only_unknown["metadata"]["lables"] = {"a": "b"}
+    errors = manifest_checks.kubernetes_strict_errors(only_unknown)  # unknown fields: only the strict schemas see them
+    assert len(errors) == 2 and "lables" in errors[0] and "readinessprobe" in errors[1], errors
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert manifest_checks.knative_validate(empty)[0] == 1  # no Service in it: not a pass

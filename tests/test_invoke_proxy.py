@@ -545,3 +545,187 @@ def test_invoke_with_a_google_id_token(google_gateway, arrays):
                     [("INPUT0", pa), ("INPUT1", pb)], binary=True)
     np.testing.assert_array_equal(result.outputs["OUTPUT1"], a - b)
     assert google_gateway.verified == 2
+
+
+# ------------------------------------------------------------------------------------------
+# gRPC: toolkit proxy --grpc-port (REST upstream: Lambda; gRPC upstream: Cloud Run --protocol grpc)
+
+
+def _grpc_add_sub(a: np.ndarray, b: np.ndarray) -> list:
+    import tritonclient.grpc as grpcclient
+
+    inputs = [grpcclient.InferInput("INPUT0", list(a.shape), "FP32"), grpcclient.InferInput("INPUT1", list(b.shape), "FP32")]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return inputs
+
+
+def test_tritonclient_grpc_through_the_sigv4_proxy(sigv4_gateway):
+    """Every unary RPC tritonclient.grpc makes becomes the signed REST call; answers and errors
+    come back as Triton's gRPC statuses."""
+    import tritonclient.grpc as grpcclient
+
+    from toolkit.deploy.grpc_proxy import GrpcProxy
+
+    signer = signer_for(sigv4_gateway.url, "iam", region="us-east-1")
+    with GrpcProxy(sigv4_gateway.url, signer, port=0) as proxy:
+        client = grpcclient.InferenceServerClient(proxy.address)
+        try:
+            assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("add_sub")
+            assert not client.is_model_ready("nope")
+            assert client.get_server_metadata().name == "toolkit"
+            assert [i.name for i in client.get_model_metadata("add_sub").inputs] == ["INPUT0", "INPUT1"]
+            assert client.get_model_config("add_sub").config.max_batch_size == 8
+            a = np.arange(32, dtype=np.float32).reshape(2, 16)
+            b = np.ones((2, 16), np.float32)
+            result = client.infer("add_sub", _grpc_add_sub(a, b), request_id="via-grpc-proxy")
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+            assert result.get_response().id == "via-grpc-proxy"
+            only = client.infer("add_sub", _grpc_add_sub(a, b), outputs=[grpcclient.InferRequestedOutput("OUTPUT1")])
+            assert only.as_numpy("OUTPUT0") is None and (only.as_numpy("OUTPUT1") == a - b).all()
+            text = grpcclient.InferInput("TEXT", [1, 1], "BYTES")
+            text.set_data_from_numpy(np.array([[b"signed \xe2\x82\xac"]], dtype=object))
+            assert client.infer("strings", [text]).as_numpy("ECHO").tolist() == [[b"signed \xe2\x82\xac"]]
+            stats = client.get_inference_statistics("add_sub").model_stats[0]
+            assert stats.inference_stats.success.count >= 2
+            assert {m.name for m in client.get_model_repository_index().models} >= {"add_sub", "strings"}
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("nope", _grpc_add_sub(a, b))
+            assert info.value.status() == "StatusCode.NOT_FOUND"
+            assert info.value.message() == "Request for unknown model: 'nope' is not found"
+            wrong = _grpc_add_sub(np.ones((1, 8), np.float32), np.ones((1, 8), np.float32))
+            with pytest.raises(InferenceServerException) as info:
+                client.infer("add_sub", wrong)
+            assert info.value.status() == "StatusCode.INVALID_ARGUMENT" and "unexpected shape" in info.value.message()
+            with pytest.raises(InferenceServerException) as info:
+                client.register_system_shared_memory("r", "/k", 64)
+            assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+            # streams cannot ride one HTTP request: refused with the reason
+            answers: list = []
+            client.start_stream(lambda result, error: answers.append(error))
+            try:
+                client.async_stream_infer("add_sub", _grpc_add_sub(a, b))
+            except InferenceServerException:
+                pass  # the stream may already be closed by the refusal, reported to the callback
+            deadline = time.monotonic() + 30
+            while not answers and time.monotonic() < deadline:
+                time.sleep(0.05)
+            client.stop_stream()
+            assert answers and "ModelStreamInfer cannot be forwarded" in str(answers[0])
+            assert "AWS Lambda has no gRPC" in str(answers[0])
+        finally:
+            client.close()
+    assert sigv4_gateway.verified >= 14 and not sigv4_gateway.rejected
+
+
+def test_perf_analyzer_grpc_through_the_sigv4_proxy(sigv4_gateway, server):
+    from toolkit.deploy.grpc_proxy import GrpcProxy
+
+    def successes() -> int:
+        with urllib.request.urlopen(f"{server.http}/v2/models/add_sub/stats") as r:
+            return json.load(r)["model_stats"][0]["inference_stats"]["success"]["count"]
+
+    before = successes()
+    signer = signer_for(sigv4_gateway.url, "iam", region="us-east-1")
+    with GrpcProxy(sigv4_gateway.url, signer, port=0) as proxy:
+        out = subprocess.run(
+            [perf_analyzer(), "-i", "grpc", "-u", proxy.address, "-m", "add_sub", "-b", "2", "--shape", "INPUT0:16",
+             "--shape", "INPUT1:16", "--concurrency-range", "2", "--request-count", "40"],
+            capture_output=True, text=True, timeout=300,
+        )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert [int(n) for n in re.findall(r"Request count: (\d+)", out.stdout)] == [40], out.stdout
+    assert successes() - before == 40
+    assert sigv4_gateway.verified >= 40 and not sigv4_gateway.rejected
+
+
+class _GrpcGateway:
+    """A private gRPC service stand-in: verifies the Google ID token in each call's metadata (as
+    Cloud Run's front end does), then relays the call to toolkit serve's gRPC port."""
+
+    def __init__(self, gateway: Gateway, upstream: str) -> None:
+        import grpc
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.gateway = gateway
+        self.channel = grpc.insecure_channel(upstream)
+        self.server = grpc.server(ThreadPoolExecutor(8))
+        self.server.add_generic_rpc_handlers((self,))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def _check(self, context) -> None:
+        import grpc
+
+        metadata = {k: v for k, v in context.invocation_metadata()}
+        problem = self.gateway.verify_google({"authorization": metadata.get("authorization", "")})
+        with self.gateway.lock:
+            if problem:
+                self.gateway.rejected.append(problem)
+            else:
+                self.gateway.verified += 1
+        if problem:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, problem)
+
+    def service(self, details):
+        import grpc
+
+        method = details.method
+        if method.endswith("/ModelStreamInfer"):
+            call = self.channel.stream_stream(method, request_serializer=None, response_deserializer=None)
+
+            def stream(requests, context):
+                self._check(context)
+                yield from call(requests)
+
+            return grpc.stream_stream_rpc_method_handler(stream)
+        call = self.channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+
+        def unary(request, context):
+            self._check(context)
+            return call(request)
+
+        return grpc.unary_unary_rpc_method_handler(unary)
+
+    def close(self) -> None:
+        self.server.stop(None)
+        self.channel.close()
+
+
+def test_grpc_upstream_gets_the_id_token_in_metadata(google_gateway, server, arrays):
+    """`toolkit proxy --upstream grpc` and `toolkit invoke --protocol grpc` reach a private gRPC
+    service with a Google ID token in the call metadata; streams are relayed too."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    from toolkit.deploy.grpc_proxy import GrpcProxy
+    from toolkit.deploy.invoke import invoke_grpc
+
+    private = _GrpcGateway(google_gateway, server.grpc)
+    upstream = f"http://127.0.0.1:{private.port}"
+    signer = GoogleIdTokenSigner(google_gateway.url)
+    try:
+        with GrpcProxy(upstream, signer, port=0, upstream_protocol="grpc") as proxy:
+            client = grpcclient.InferenceServerClient(proxy.address)
+            a = np.full((1, 16), 3.0, np.float32)
+            assert client.is_server_ready(headers={"authorization": "Bearer stolen"})  # replaced by the proxy
+            np.testing.assert_array_equal(client.infer("add_sub", _grpc_add_sub(a, a)).as_numpy("OUTPUT0"), a + a)
+            answers: queue.Queue = queue.Queue()
+            client.start_stream(lambda result, error: answers.put((result, error)))
+            for n in range(3):
+                client.async_stream_infer("add_sub", _grpc_add_sub(a, a), request_id=str(n))
+            received = [answers.get(timeout=30) for _ in range(3)]
+            client.stop_stream()
+            client.close()
+            assert [r.get_response().id for r, e in received] == ["0", "1", "2"]
+        a_in, b_in, pa, pb = arrays
+        result = invoke_grpc(upstream, signer, "add_sub", [("INPUT0", pa), ("INPUT1", pb)], request_id="direct")
+        np.testing.assert_array_equal(result.outputs["OUTPUT1"], a_in - b_in)
+        assert result.response["id"] == "direct"
+        with pytest.raises(DeployError, match="UNAUTHENTICATED"):
+            invoke_grpc(upstream, GoogleIdTokenSigner("https://other.a.run.app"), "add_sub", [("INPUT0", pa), ("INPUT1", pb)])
+    finally:
+        private.close()
+    assert google_gateway.verified >= 5 and len(google_gateway.rejected) == 1

@@ -108,3 +108,33 @@ def test_seeds_command_on_text_recognition(server):
     stats = _stats(server.http, "text_recognition")
     # dynamic batching formed batches larger than one request's batch of 2
     assert max(b["batch_size"] for b in stats["batch_stats"]) > 2
+
+
+@pytest.mark.parametrize("concurrency", [1, 4, 8])
+def test_server_counts_exactly_what_perf_analyzer_sent_over_grpc(server, concurrency):
+    """`perf_analyzer -i grpc` against the gRPC port: the server counts exactly the requests it
+    sent, and twice as many inferences (-b 2); none failed."""
+    before = _stats(server.http, "add_sub")
+    sent = 120
+    out = _perf(
+        server.grpc, "-i", "grpc", "-m", "add_sub", "-b", "2", "--shape", "INPUT0:16", "--shape", "INPUT1:16",
+        "--concurrency-range", str(concurrency), "--request-count", str(sent),
+    )
+    after = _stats(server.http, "add_sub")
+    assert [int(n) for n in re.findall(r"Request count: (\d+)", out)] == [sent], out
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == sent
+    assert after["inference_count"] - before["inference_count"] == 2 * sent
+    assert after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"]
+
+
+def test_perf_analyzer_grpc_streaming(server):
+    """`-i grpc --streaming` (ModelStreamInfer) on text_recognition: every request answered."""
+    before = _stats(server.http, "text_recognition")
+    sent = 60
+    out = _perf(
+        server.grpc, "-i", "grpc", "--streaming", "-m", "text_recognition", "--shape", "input.1:1,32,100",
+        "--concurrency-range", "4", "--request-count", str(sent),
+    )
+    after = _stats(server.http, "text_recognition")
+    assert [int(n) for n in re.findall(r"Request count: (\d+)", out)] == [sent], out
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == sent

@@ -9,7 +9,7 @@ folder with the package (`acme_features`), which the host (this test process) ca
 The completed manifest is then served by the container entrypoint and read with tritonclient.
 
 Expected Triton messages for the same models were recorded from tritonserver 2.51
-(/work/shared/anchors/triton-validate --autofill on the same model.py files).
+(`scripts/tools/tritonserver validate --autofill` on the same model.py files, docs/tools.md).
 """
 
 from __future__ import annotations

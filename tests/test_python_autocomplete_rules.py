@@ -1,9 +1,10 @@
-"""The shared auto-complete rules on Triton's config JSON (handlers/backends/python/config_update.py,
-config_checks.py, ensemble_consistency.py): what tritonserver keeps of auto_complete_config's
-result, its normalisation, and the checks the image build's completion step runs without
-protobuf. Where the compiler has a protobuf version of a check, both are run on the same configs
-and must agree (message for message); the rendering must be exactly what Triton's JSON printer
-gives (to_triton_json) for the same message."""
+"""The shared auto-complete rules on Triton's config JSON (handlers/backends/python/config_update.py)
+and the config checks the compiler and the image build's completion step share (handlers/config):
+what tritonserver keeps of auto_complete_config's result, its normalisation, and the checks run on
+the completed config. The checks exist once; the compiler runs them on its protobuf message
+rendered by Triton's JSON printer (to_triton_json), the image on the config as config_update
+renders it, so both renderings must give the same verdict (message for message), and the
+rendering must be exactly what Triton's JSON printer gives for the same message."""
 
 from __future__ import annotations
 
@@ -11,11 +12,21 @@ import copy
 
 import pytest
 
-from handlers.backends.python import config_checks, config_update, ensemble_consistency
-from handlers.backends.python.config_update import ConfigError, update_model_config
+from handlers.backends.python import config_update
+from handlers.backends.python.config_update import update_model_config
+from handlers.config import ensemble as ensemble_rules
+from handlers.config import support as support_rules
+from handlers.config import validate as rules
+from handlers.config.errors import ConfigError
 from toolkit.repository.ensemble import validate_ensemble_config as toolkit_validate_ensemble_config
 from toolkit.repository.errors import ModelError
-from toolkit.repository.model_config import ModelConfig, from_triton_json, parse_config_text, pb2, to_triton_json
+from toolkit.repository.model_config import (
+    ModelConfig,
+    from_triton_json,
+    parse_config_text,
+    pb2,
+    to_triton_json,
+)
 from toolkit.repository.normalize import normalize_model_config
 from toolkit.repository.support import check_supported as toolkit_check_supported
 from toolkit.repository.validate import validate_model_config, validate_model_io_config
@@ -251,12 +262,19 @@ def _outcome(check, config) -> str | None:
     return None
 
 
+def image_rendering(config: dict) -> dict:
+    """The same config as the image build's completion step holds it: rendered by config_update
+    (a model that returns the config it got)."""
+    return update_model_config(config, copy.deepcopy(config))
+
+
 @pytest.mark.parametrize("text", IO_CASES)
-def test_io_checks_agree_with_the_compilers(text):
+def test_io_checks_give_one_verdict_on_the_compilers_and_the_images_config(text):
     config = base(text)
-    ours = _outcome(config_checks.validate_model_io_config, config)
-    theirs = _outcome(validate_model_io_config, from_triton_json(config))
-    assert ours == theirs
+    compiler = _outcome(validate_model_io_config, from_triton_json(config))  # protobuf -> to_triton_json -> rule
+    image = _outcome(rules.validate_model_io_config, image_rendering(config))
+    assert compiler == image
+    assert (compiler is None) == (IO_CASES.index(text) in (0, 7, 9))  # valid: plain, scalar reshape, matching trunks
 
 
 CONFIG_CASES = [
@@ -276,23 +294,25 @@ CONFIG_CASES = [
 
 
 @pytest.mark.parametrize("text", CONFIG_CASES)
-def test_config_checks_agree_with_the_compilers(text):
+def test_config_checks_give_one_verdict_on_the_compilers_and_the_images_config(text):
     config = base(text)
-    assert _outcome(config_checks.validate_updated_config, config) == _outcome(validate_model_config, from_triton_json(config))
+    compiler = _outcome(validate_model_config, from_triton_json(config))
+    assert compiler == _outcome(rules.validate_model_config, image_rendering(config))
+    assert (compiler is None) == (CONFIG_CASES.index(text) in (0, 9))  # valid: plain, DELAY without a timeout
 
 
 def test_config_checks_of_what_only_an_update_can_bring():
     config = base()
     negative = returned_from(config, max_batch_size=-2)
     # a config.pbtxt cannot get here (its ValidateModelConfig fails first); a returned config can
-    assert _outcome(config_checks.validate_updated_config, update_model_config(config, negative)) == (
+    assert _outcome(rules.validate_model_config, update_model_config(config, negative)) == (
         "'max_batch_size' must be non-negative value for m"
     )
     scheduled = update_model_config(config, returned_from(config, ensemble_scheduling={"step": []}))
-    assert _outcome(config_checks.validate_updated_config, scheduled) == (
+    assert _outcome(rules.validate_model_config, scheduled) == (
         "ensemble scheduling cannot be set for model 'm' whose platform is not ensemble"
     )
-    assert _outcome(config_checks.validate_updated_config, scheduled) == _outcome(validate_model_config, from_triton_json(scheduled))
+    assert _outcome(rules.validate_model_config, scheduled) == _outcome(validate_model_config, from_triton_json(scheduled))
 
 
 @pytest.mark.parametrize(
@@ -300,15 +320,24 @@ def test_config_checks_of_what_only_an_update_can_bring():
     [{"sequence_batching": {}}, {"model_transaction_policy": {"decoupled": True}}, {}],
     ids=["sequence", "decoupled", "supported"],
 )
-def test_support_checks_agree_with_the_compilers(change):
+def test_support_checks_give_one_verdict_on_the_compilers_and_the_images_config(change):
     config = base()
     updated = update_model_config(config, returned_from(config, **change))
-    assert _outcome(config_checks.check_supported, updated) == _outcome(toolkit_check_supported, from_triton_json(updated))
+    image = _outcome(support_rules.check_supported, updated)
+    assert image == _outcome(toolkit_check_supported, from_triton_json(updated))
+    assert (image is None) == ("sequence_batching" not in change)  # a Python model may be decoupled
+
+
+def test_the_compiler_turns_a_refusal_into_an_unsupported_model_error():
+    config = base()
+    with pytest.raises(ModelError) as raised:
+        toolkit_check_supported(from_triton_json(update_model_config(config, returned_from(config, sequence_batching={}))))
+    assert raised.value.unsupported and raised.value.model == "m"
 
 
 def test_duplicate_tensor_warning():
     config = base('input [ { name: "I" data_type: TYPE_FP32 dims: [ 2 ] }, { name: "I" data_type: TYPE_FP32 dims: [ 3 ] } ]')
-    (warning,) = config_checks.duplicate_tensor_warnings(config)
+    (warning,) = rules.duplicate_tensor_warnings(config)
     assert warning.startswith("model 'm' declares input 'I' more than once")
 
 
@@ -347,6 +376,6 @@ ENSEMBLE = {
 )
 def test_ensemble_checks_agree_with_the_compilers(pre, post):
     composing = {"pre": {"name": "pre", **pre}, "post": {"name": "post", **post}}
-    assert _outcome(lambda c: ensemble_consistency.validate_ensemble_config(ENSEMBLE, c), composing) == _outcome(
+    assert _outcome(lambda c: ensemble_rules.validate_ensemble_config(ENSEMBLE, c), composing) == _outcome(
         lambda c: toolkit_validate_ensemble_config(ENSEMBLE, c), composing
     )

@@ -1,7 +1,8 @@
 """Compile-time auto-complete of Python models: the model's `auto_complete_config` runs in a
 process of its own and Triton's `TritonModel::UpdateModelConfig` rules decide what is kept.
-Expected values were recorded from tritonserver 2.51 (tools: /work/shared/anchors/triton-validate
-and the config endpoint of a real tritonserver) for the same model.py files."""
+Expected values were recorded from tritonserver 2.51 (`scripts/tools/tritonserver validate
+--autofill --json --configs`: the verdicts and the configs it serves, docs/tools.md) for the same
+model.py files."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Configs are written as config.pbtxt text and rendered to Triton's config JSON by the toolkit's
 compiler code, so the validator sees exactly what `GET /v2/models/M/config` returns. Expected
-messages marked "Triton 2.51" were recorded from tritonserver 2.51 (triton-anchor) for the same
+messages marked "Triton 2.51" were recorded from tritonserver 2.51 (`scripts/tools/tritonserver serve`) for the same
 configs and requests; the others are this runtime's documented deviations (docs/protocol.md).
 """
 

@@ -6,20 +6,17 @@ from __future__ import annotations
 import math
 import textwrap
 
+import cli_runner
 import model_builders as mb
 import pytest
 from google.protobuf import text_format
-from typer.testing import CliRunner
 
-from toolkit.cli import app
 from toolkit.repository.compile import compile_repository
 from toolkit.repository.model_config import ModelConfig, parse_config_text
 from toolkit.tune import pricing, space
 from toolkit.tune.frontier import Measurement, best, frontier
 from toolkit.tune.load import Level
 from toolkit.tune.tuned_config import TUNED_FILENAME, top_level_fields, tuned_text
-
-runner = CliRunner()
 
 TINY = """
 # tiny: a 16x16 MatMul -- comments of the user's own
@@ -41,7 +38,7 @@ def tiny_repository(repo):
 
 
 def invoke(*args: str):
-    return runner.invoke(app, ["tune", *args], env={"COLUMNS": "220", "NO_COLOR": "1"})
+    return cli_runner.invoke(["tune", *args], columns=220)
 
 
 SHORT = ("--warmup", "0.2", "--window", "0.6")

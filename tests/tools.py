@@ -4,10 +4,16 @@ installs it; CI sets TOOLKIT_REQUIRE_TOOLS=1 so such a test fails instead."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -40,3 +46,85 @@ def tool(name: str) -> str:
 def perf_analyzer() -> str:
     """NVIDIA perf_analyzer 2.51.0 (scripts/tools/perf_analyzer)."""
     return tool("perf_analyzer")
+
+
+@functools.cache
+def _printed_path(name: str) -> str:
+    out = subprocess.run([tool(name), "--install-only"], capture_output=True, text=True, timeout=900)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def lambda_rie() -> str:
+    """AWS's Lambda Runtime Interface Emulator binary for this machine's architecture
+    (scripts/tools/aws-lambda-rie, pinned in toolkit/build/lambda_rie.py)."""
+    return _printed_path("aws-lambda-rie")
+
+
+def sam() -> str:
+    """AWS SAM CLI 1.170.0 in its own virtual environment (scripts/tools/sam)."""
+    return tool("sam")
+
+
+def tritonserver() -> str:
+    """NVIDIA tritonserver 2.51.0 (scripts/tools/tritonserver: `validate` and `serve`)."""
+    return tool("tritonserver")
+
+
+@dataclass
+class Tritonserver:
+    """A running `scripts/tools/tritonserver serve` (loopback; every port its own)."""
+
+    process: subprocess.Popen
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    log: Path
+
+    @property
+    def http(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def serve_tritonserver(repository: Path, *flags: str, ready_timeout: float = 300) -> Iterator[Tritonserver]:
+    """The real tritonserver 2.51 on `repository` (ONNX models through its python backend, see
+    docs/tools.md), on free HTTP, gRPC and metrics ports; stopped on exit. `flags` go to
+    tritonserver itself (e.g. "--log-verbose=1")."""
+    from serving import free_port
+
+    command = tritonserver()
+    ports = [free_port(), free_port(), free_port()]
+    log = Path(tempfile.mkstemp(prefix="tritonserver-", suffix=".log")[1])
+    with open(log, "w") as handle:
+        process = subprocess.Popen(
+            [command, "serve", str(repository), "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
+             "--metrics-port", str(ports[2]), "--ready-timeout", str(ready_timeout), *(["--", *flags] if flags else [])],
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+        )
+    server = Tritonserver(process, *ports, log)
+    try:
+        deadline = time.monotonic() + ready_timeout + 30
+        while "tritonserver ready:" not in server.output():
+            if process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {process.returncode}:\n{server.output()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"tritonserver not ready after {ready_timeout} s:\n{server.output()[-4000:]}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.unlink(missing_ok=True)

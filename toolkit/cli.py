@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -239,11 +240,24 @@ def _resolve_device(device: str) -> str:
     return "gpu" if "CUDAExecutionProvider" in onnxruntime.get_available_providers() else "cpu"
 
 
+GRPC_EXTRA_HINT = "pip install 'triton-serverless-toolkit[grpc]'"
+
+
+def _grpc_available() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in ("grpc", "grpc_health"))
+
+
 @app.command()
 def serve(
     repo: RepoArg,
     host: Annotated[str, typer.Option(help="Address to listen on")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on")] = 8000,
+    port: Annotated[int, typer.Option("--http-port", "--port", help="HTTP port (v2 REST); 0 turns it off")] = 8000,
+    grpc_port: Annotated[
+        Optional[int], typer.Option("--grpc-port", help="gRPC port (inference.GRPCInferenceService, grpc.health.v1); 0 turns it off [default: 8001]")
+    ] = None,
+    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Metrics port (GET /metrics); 0 turns it off. /metrics is also on the HTTP port")] = 8002,
     model: ModelOpt = None,
     device: Annotated[str, typer.Option("--device", help="auto (GPU when onnxruntime has CUDA), cpu, gpu or gpu:N")] = "auto",
     exit_on_error: Annotated[
@@ -252,14 +266,33 @@ def serve(
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
 ) -> None:
-    """Serve a repository locally with the same runtime the images run (v2 protocol over HTTP)."""
+    """Serve a repository locally with the same runtime the images run: v2 REST on 8000, gRPC on 8001
+    and metrics on 8002, like tritonserver."""
     import logging
 
+    from handlers.backends.python import INSTANCE_MODE_ENV, PROCESS
     from handlers.entrypoints.server import serve as run_server
     from handlers.manifest import Manifest
     from handlers.model_repository import ModelRepository
 
+    for option, value in (("--http-port", port), ("--grpc-port", grpc_port), ("--metrics-port", metrics_port)):
+        if value is not None and not 0 <= value <= 65535:
+            raise typer.BadParameter(f"expected a port from 0 to 65535 (0 turns it off), got {value}", param_hint=option)
+    if grpc_port is None:
+        grpc_port = 8001
+        if not _grpc_available():
+            err_console.print(f"[yellow]warning:[/yellow] gRPC is off: grpcio is not installed ({GRPC_EXTRA_HINT})", highlight=False)
+            grpc_port = 0
+    elif grpc_port and not _grpc_available():
+        err_console.print(f"[red]error:[/red] --grpc-port needs grpcio and grpcio-health-checking: {GRPC_EXTRA_HINT}", highlight=False)
+        raise typer.Exit(2)
+    if not (port or grpc_port):
+        err_console.print("[red]error:[/red] --http-port and --grpc-port are both 0: nothing would serve inference", highlight=False)
+        raise typer.Exit(2)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A local server takes concurrent requests: python models run in model processes, so one that
+    # crashes fails only its own requests (the environment may say otherwise: docs/python-backend.md).
+    os.environ.setdefault(INSTANCE_MODE_ENV, PROCESS)
     result = _compile(repo, model, _resolve_device(device), False)
     for line in result.failure_lines():
         err_console.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
@@ -274,8 +307,15 @@ def serve(
     except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs
         err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
-    err_console.print(f"serving {len(manifest.models)} model(s) from {result.root} on http://{host}:{port}", highlight=False)
-    raise typer.Exit(run_server(repository, host, port, exit_on_error=exit_on_error, log_level=log_level))
+
+    def listening(listeners) -> None:
+        where = ", ".join(str(listener) for listener in listeners)
+        err_console.print(f"serving {len(manifest.models)} model(s) from {result.root}: {where}", highlight=False, soft_wrap=True)
+
+    raise typer.Exit(run_server(
+        repository, host, port, grpc_port=grpc_port, metrics_port=metrics_port, exit_on_error=exit_on_error,
+        log_level=log_level, on_listening=listening,
+    ))
 
 
 class _RichBuildUI:
@@ -320,6 +360,9 @@ def build(
     ] = False,
     strict: StrictOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream pip and engine output")] = False,
+    protocol: Annotated[
+        str, typer.Option("--protocol", help="cloudrun/knative: http (v2 REST) or grpc (inference.GRPCInferenceService, h2c) on the service's port")
+    ] = "http",
 ) -> None:
     """Build a container image of a repository for AWS Lambda, Cloud Run or Knative."""
     from .build import BuildError, BuildOptions, run_build
@@ -329,6 +372,7 @@ def build(
         repository=repo, target=target, models=model, name=name, tag=tag, output=output, builder=builder,
         base_image=base_image, platform=platform, push=push, device=device, cuda=cuda, python_version=python_version,
         measure_cold_start=measure_cold_start, refresh_wheels=refresh_wheels, auto_complete=not strict,
+        protocol=protocol,
     )
     ui = _RichBuildUI(quiet)
     try:
@@ -434,6 +478,9 @@ def deploy(
     namespace: Annotated[Optional[str], typer.Option(help="knative: Kubernetes namespace")] = None,
     context: Annotated[Optional[str], typer.Option(help="knative: kube context")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not stream the engine's push output")] = False,
+    protocol: Annotated[
+        Optional[str], typer.Option("--protocol", help="cloudrun/knative: http (default) or grpc: the image's protocol (port h2c, gRPC health probes)")
+    ] = None,
 ) -> None:
     """Deploy a repository (or an image of it) to AWS Lambda, Cloud Run or Knative."""
     from .deploy.command import DeployRequest, run_deploy
@@ -447,7 +494,7 @@ def deploy(
         max_instances=max_instances, startup_budget=startup_budget, cpu_throttling=cpu_throttling,
         startup_cpu_boost=startup_cpu_boost, gpu_zonal_redundancy=gpu_zonal_redundancy, service_account=service_account,
         project=project, ar_repository=ar_repository, api_endpoint=api_endpoint, allow_unauthenticated=allow_unauthenticated,
-        namespace=namespace, context=context,
+        namespace=namespace, context=context, protocol=protocol,
     )
     try:
         outcome = run_deploy(request, _RichDeployUI(quiet))
@@ -497,6 +544,7 @@ def invoke(
     region: Annotated[Optional[str], typer.Option(help="SigV4 region when the URL does not tell")] = None,
     audience: Annotated[Optional[str], typer.Option(help="ID token audience (default: the URL's origin)")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the answer")] = 300.0,
+    protocol: Annotated[str, typer.Option("--protocol", help="http (v2 REST) or grpc (a --protocol grpc service; the ID token goes in the metadata)")] = "http",
 ) -> None:
     """Run one v2 inference against a deployment, signing the request for private endpoints."""
     from .deploy.client_codec import response_json, save_npy
@@ -510,12 +558,23 @@ def invoke(
     if output_format == "npy" and output_dir is None:
         err_console.print("[red]error:[/red] --output npy needs --output-dir DIR", highlight=False)
         raise typer.Exit(2)
+    if protocol not in ("http", "grpc"):
+        err_console.print("[red]error:[/red] --protocol: choose http or grpc", highlight=False)
+        raise typer.Exit(2)
     try:
-        endpoint = Endpoint(url, signer_for(url, auth, region=region, audience=audience), timeout)
-        result = run_invoke(
-            endpoint, model_name, parse_input_specs(inputs or []), version=model_version, outputs=requested,
-            binary=binary, request_id=request_id,
-        )
+        if protocol == "grpc":
+            from .deploy.invoke import invoke_grpc
+
+            result = invoke_grpc(
+                url, signer_for(url, auth, region=region, audience=audience), model_name, parse_input_specs(inputs or []),
+                version=model_version, outputs=requested, request_id=request_id, timeout_s=timeout,
+            )
+        else:
+            endpoint = Endpoint(url, signer_for(url, auth, region=region, audience=audience), timeout)
+            result = run_invoke(
+                endpoint, model_name, parse_input_specs(inputs or []), version=model_version, outputs=requested,
+                binary=binary, request_id=request_id,
+            )
     except DeployOptionError as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
@@ -538,7 +597,13 @@ def invoke(
 @app.command()
 def proxy(
     url: Annotated[str, typer.Argument(help="Base URL of the private deployment")],
-    port: Annotated[int, typer.Option(help="Local port")] = 8000,
+    port: Annotated[int, typer.Option(help="Local HTTP port (0: no HTTP listener)")] = 8000,
+    grpc_port: Annotated[
+        Optional[int], typer.Option("--grpc-port", help="Also accept gRPC (tritonclient.grpc, perf_analyzer -i grpc) on this local port")
+    ] = None,
+    upstream: Annotated[
+        str, typer.Option(help="What the deployment speaks: http (Lambda, --protocol http services: gRPC calls become signed REST calls) or grpc (--protocol grpc services: relayed with an ID token)")
+    ] = "http",
     host: Annotated[str, typer.Option(help="Local address (keep 127.0.0.1: the proxy signs with your credentials)")] = "127.0.0.1",
     auth: Annotated[str, typer.Option(help="auto (from the URL), iam (SigV4), google (ID token) or none")] = "auto",
     region: Annotated[Optional[str], typer.Option(help="SigV4 region when the URL does not tell")] = None,
@@ -546,42 +611,176 @@ def proxy(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the upstream's answer")] = 300.0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request")] = False,
 ) -> None:
-    """Serve a local plain-HTTP endpoint that signs and forwards to a private deployment, so unmodified
-    tritonclient scripts and perf_analyzer can drive it."""
+    """Serve local endpoints that sign and forward to a private deployment, so unmodified
+    tritonclient scripts and perf_analyzer (-i http or -i grpc) can drive it."""
     import signal
+    import threading
 
     from .deploy.errors import DeployError, DeployOptionError
     from .deploy.proxy import SigningProxy
     from .deploy.signing import signer_for
 
+    if upstream not in ("http", "grpc"):
+        err_console.print("[red]error:[/red] --upstream: choose http or grpc", highlight=False)
+        raise typer.Exit(2)
+    if not port and not grpc_port:
+        err_console.print("[red]error:[/red] --port 0 and no --grpc-port: nothing to listen on", highlight=False)
+        raise typer.Exit(2)
+    if upstream == "grpc" and port:
+        err_console.print(
+            "[yellow]note:[/yellow] --upstream grpc: the HTTP listener is off (a gRPC service answers no REST); "
+            "use --grpc-port", highlight=False,
+        )
+        port = 0
+    log = (lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None
+    server = grpc_server = None
     try:
         signer = signer_for(url, auth, region=region, audience=audience)
-        server = SigningProxy(url, signer, host, port, timeout, log=(lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None)
+        if port:
+            server = SigningProxy(url, signer, host, port, timeout, log=log)
+        if grpc_port is not None:
+            from .deploy.grpc_proxy import GrpcProxy
+
+            grpc_server = GrpcProxy(url, signer, host, grpc_port, upstream_protocol=upstream, timeout_s=timeout, log=log)
     except DeployOptionError as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except DeployError as exc:
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if server is not None:
+            server.close()
         raise typer.Exit(1) from None
     if host not in ("127.0.0.1", "localhost", "::1"):
         err_console.print(
             f"[yellow]warning:[/yellow] listening on {host}: anyone who reaches this port calls {url} with your credentials",
             highlight=False,
         )
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if server is not None:
+        err_console.print(
+            f"proxying {server.url} -> {server.upstream} ({signer.description}); Ctrl-C stops", highlight=False, soft_wrap=True
+        )
+        server.start()
+    if grpc_server is not None:
+        how = "each RPC as signed v2 REST" if upstream == "http" else "gRPC with the token in its metadata"
+        err_console.print(
+            f"proxying gRPC {grpc_server.address} -> {grpc_server.upstream} ({how}; {signer.description}); Ctrl-C stops",
+            highlight=False, soft_wrap=True,
+        )
+        grpc_server.start()
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        if grpc_server is not None:
+            grpc_server.stop()
+        if server is not None:
+            server.shutdown()
+
+@app.command()
+def run(
+    image: Annotated[str, typer.Argument(help="An image built by toolkit build, e.g. quickstart:22e5eca68e81")],
+    port: Annotated[int, typer.Option(help="Local port of the v2 endpoint")] = 8000,
+    host: Annotated[str, typer.Option(help="Local address")] = "127.0.0.1",
+    target: Annotated[str, typer.Option(help="auto (the image's target label), lambda, cloudrun or knative")] = "auto",
+    env: Annotated[Optional[list[str]], typer.Option("--env", "-e", help="KEY=VALUE for the function / container (repeatable)")] = None,
+    builder: Annotated[str, typer.Option(help="Container engine: auto, docker or podman")] = "auto",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every request; print the container's log at exit")] = False,
+) -> None:
+    """Run a built image here as its platform runs it and serve its v2 endpoint on --port, for
+    unmodified tritonclient scripts and perf_analyzer. Lambda images run under AWS's Lambda Runtime
+    Interface Emulator (read-only root, /tmp, non-root user) behind a Function URL front: every
+    request becomes a Function URL event. Cloud Run / Knative images run with PORT and a read-only root."""
+    import signal
+    import time
+
+    from .build import BuildError
+    from .build.builders import detect_builder, wait_ready
+    from .build.local_run import LocalLambda, run_service
+    from .deploy.errors import DeployError
+    from .deploy.proxy import SigningProxy
+    from .deploy.signing import NoSigner
+
+    environment: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            err_console.print(f"[red]error:[/red] --env {item}: expected KEY=VALUE", highlight=False)
+            raise typer.Exit(2)
+        environment[key] = value
+    if target not in ("auto", "lambda", "cloudrun", "knative"):
+        err_console.print(f"[red]error:[/red] --target {target}: choose auto, lambda, cloudrun or knative", highlight=False)
+        raise typer.Exit(2)
 
     def _stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _stop)
-    err_console.print(
-        f"proxying {server.url} -> {server.upstream} ({signer.description}); Ctrl-C stops", highlight=False, soft_wrap=True
-    )
+    engine = None
+    container = None
+    function: LocalLambda | None = None
     try:
-        server.serve_forever()
+        engine, notes = detect_builder(builder)
+        if engine is None or not engine.can_run:
+            raise BuildError(f"no container engine that runs images ({'; '.join(notes) or builder}): install docker or podman")
+        info = engine.inspect(image)
+        kind = target if target != "auto" else info.labels.get("io.triton-serverless-toolkit.target", "")
+        if kind not in ("lambda", "cloudrun", "knative"):
+            raise BuildError(f"{image} has no toolkit target label: pass --target lambda, cloudrun or knative")
+        if kind == "lambda":
+            function = LocalLambda(engine, image, arch=info.architecture or "amd64", environment=environment,
+                                   function_name=image.split("@")[0].split(":")[0].rsplit("/", 1)[-1])
+            function.start()
+            function.wait_listening()
+            server = SigningProxy(function.invoke_url, NoSigner(), host, port,
+                                  log=(lambda m: err_console.print(m, highlight=False, markup=False)) if verbose else None)
+            err_console.print(
+                f"serving {image} (lambda, under AWS's Lambda Runtime Interface Emulator in container {function.container}; "
+                f"every request becomes a Function URL event, one at a time) on {server.url}; Ctrl-C stops",
+                highlight=False, soft_wrap=True,
+            )
+            try:
+                server.serve_forever()
+            finally:
+                server.close()
+        else:
+            container = run_service(engine, image, port, host, environment)
+            grpc = info.labels.get("io.triton-serverless-toolkit.protocol") == "grpc"
+            if grpc:
+                from .build.pipeline import wait_grpc_serving
+
+                ready = wait_grpc_serving(f"{host}:{port}", 300.0, lambda: engine.running(container))
+            else:
+                ready = wait_ready(f"http://{host}:{port}/v2/health/ready", 300.0, lambda: engine.running(container))
+            if ready is None:
+                raise BuildError(f"{image} did not become ready", detail=engine.logs(container)[-3000:])
+            where = f"gRPC {host}:{port}" if grpc else f"http://{host}:{port}"
+            err_console.print(f"serving {image} ({kind}, container {container}) on {where}; Ctrl-C stops", highlight=False)
+            while engine.running(container):
+                time.sleep(1.0)  # the container runs on its own: wait for it to exit or for Ctrl-C
+            err_console.print(f"[red]error:[/red] {image} exited", highlight=False)
+            err_console.print(engine.logs(container)[-3000:], style="dim", highlight=False, markup=False)
+            raise typer.Exit(1)
     except KeyboardInterrupt:
         pass
+    except (BuildError, DeployError) as exc:
+        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        if exc.detail:
+            err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     finally:
-        server.close()
+        if verbose and engine is not None and (function or container):
+            err_console.print(function.logs() if function else engine.logs(container), style="dim", highlight=False, markup=False)
+        if function is not None:
+            function.stop()
+        if container is not None and engine is not None:
+            engine.remove_container(container)
 
 
 
@@ -614,8 +813,10 @@ class _RichTuneProgress:
     def __init__(self, percentile: int) -> None:
         self.percentile = percentile
 
+    # Progress lines are log lines: never hard-wrapped at the console's width (which rich fixes
+    # when the process starts with COLUMNS set, e.g. 80 under pytest-xdist), so each stays whole.
     def step(self, message: str) -> None:
-        err_console.print(f"[bold]==>[/bold] {message}", highlight=False)
+        err_console.print(f"[bold]==>[/bold] {message}", highlight=False, soft_wrap=True)
 
     def measured(self, m) -> None:
         level = m.level
@@ -623,6 +824,7 @@ class _RichTuneProgress:
             f"    concurrency {level.concurrency:3d}: {level.throughput:9.1f} infer/s   p50 {level.p50_ms:8.1f} ms   "
             f"p{self.percentile} {level.latency(self.percentile):8.1f} ms   batch {level.batch_size:5.2f}",
             highlight=False,
+            soft_wrap=True,
         )
 
 

@@ -13,20 +13,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from ..batching import BatchExecution
+from ..batching import BatchExecution, FailureReason
 from ..errors import InferenceError, internal, unavailable
 from ..inference import InferRequest, InferResponse, RequestedOutput
 from ..manifest import ModelSpec
 from ..protocol.codec import log_prefix
 from ..protocol.validation import validate_request
+from ..statistics import ModelStatistics
 
-if TYPE_CHECKING:
-    from ..model_repository import ModelRepository
-    from ..statistics import ModelStatistics
+
+class ComposingModel(Protocol):
+    """A loaded version of a composing model (model_repository.LoadedModel)."""
+
+    spec: ModelSpec
+
+    async def infer(self, request: InferRequest) -> InferResponse: ...
+
+
+class Models(Protocol):
+    """Where the scheduler finds its composing models (the model repository that runs it)."""
+
+    def get(self, name: str, version: str | int | None = None) -> ComposingModel: ...
 
 
 class _Step:
@@ -42,7 +53,7 @@ class _Step:
 
 
 class EnsembleScheduler:
-    def __init__(self, spec: ModelSpec, version: int, repository: "ModelRepository", statistics: "ModelStatistics") -> None:
+    def __init__(self, spec: ModelSpec, version: int, repository: Models, statistics: ModelStatistics) -> None:
         self.spec = spec
         self.version = version
         self.repository = repository
@@ -98,7 +109,9 @@ class EnsembleScheduler:
         except BaseException as exc:
             for task in running:
                 task.cancel()
-            self.statistics.request_failed(None, request, exc if isinstance(exc, InferenceError) else internal(str(exc)), _failure())
+            self.statistics.request_failed(
+                None, request, exc if isinstance(exc, InferenceError) else internal(str(exc)), FailureReason.BACKEND
+            )
             raise
         outputs = self._outputs(request, tensors)
         self._record(request, composing)
@@ -158,8 +171,3 @@ class EnsembleScheduler:
         )
         self.statistics.request_succeeded(self.spec.name, request, end_ns=end)
 
-
-def _failure():
-    from ..batching import FailureReason
-
-    return FailureReason.BACKEND

@@ -201,7 +201,7 @@ class DynamicBatcher:
             request.queue_start_ns = now
         timeout_us = self._queue.policy(level).timeout_us(request.timeout_us)
         pending = PendingRequest(
-            request, callback, batch_size, level, now, now + timeout_us * 1000 if timeout_us else 0, self
+            request, callback, batch_size, level, now, now + timeout_us * 1000 if timeout_us else 0, self._cancel
         )
         with self._lock:
             if self._state is BatcherState.STOPPING or self._state is BatcherState.STOPPED:

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..errors import InferenceError, unavailable
 from ..inference import InferOutcome, InferRequest
 from .policy import QueuePolicy, TimeoutAction
-
-if TYPE_CHECKING:
-    from .batcher import DynamicBatcher
 
 Callback = Callable[[InferOutcome], None]
 
@@ -34,11 +30,11 @@ class PendingRequest:
     """A submitted request and the callback that receives its outcome.
 
     Returned by `DynamicBatcher.submit`; `cancel()` takes it out of the queue if no batch has
-    taken it yet.
+    taken it yet (through `canceller`, the batcher's, which owns the queue and its lock).
     """
 
     __slots__ = (
-        "_owner",
+        "_canceller",
         "batch_size",
         "callback",
         "deadline_ns",
@@ -57,7 +53,7 @@ class PendingRequest:
         level: int,
         enqueue_ns: int,
         deadline_ns: int,
-        owner: DynamicBatcher | None = None,
+        canceller: Callable[[PendingRequest], bool] | None = None,
     ) -> None:
         self.request = request
         self.callback = callback
@@ -67,14 +63,14 @@ class PendingRequest:
         self.deadline_ns = deadline_ns  # 0: never times out
         self.queued = True  # False once taken into a batch, failed or cancelled
         self.seq = -1  # response order (preserve_ordering)
-        self._owner = owner
+        self._canceller = canceller
 
     def cancel(self) -> bool:
         """Cancel the request if it is still queued: its callback gets a CANCELLED error.
 
         False when it is already executing or finished (its outcome comes as usual).
         """
-        return self._owner is not None and self._owner._cancel(self)
+        return self._canceller is not None and self._canceller(self)
 
     def __repr__(self) -> str:
         return f"PendingRequest(id={self.request.id!r}, batch_size={self.batch_size}, level={self.level})"

@@ -2,6 +2,10 @@
 
 Environment:
   PORT                   port to listen on (Cloud Run sets it; default 8080)
+  TOOLKIT_PROTOCOL       what $PORT serves: "http" (v2 REST, default) or "grpc" (inference.
+                         GRPCInferenceService and grpc.health.v1 over h2c); images built with
+                         `toolkit build --protocol grpc` set it
+  TOOLKIT_GRPC_MODULES   folder of Triton's generated gRPC modules (gRPC images set it)
   TOOLKIT_MANIFEST       compiled manifest (default /opt/toolkit/models.json)
   TOOLKIT_MODEL_ROOT     folder the manifest's model paths are relative to (default: the manifest's)
   TOOLKIT_HOST           address (default 0.0.0.0)
@@ -32,10 +36,16 @@ def main() -> int:
     root = os.environ.get("TOOLKIT_MODEL_ROOT")
     manifest = Manifest.load(Path(os.environ.get("TOOLKIT_MANIFEST", DEFAULT_MANIFEST)), Path(root) if root else None)
     repository = ModelRepository(manifest)
+    protocol = os.environ.get("TOOLKIT_PROTOCOL", "http").strip().lower() or "http"
+    if protocol not in ("http", "grpc"):
+        logging.getLogger("handlers.container").error("TOOLKIT_PROTOCOL must be http or grpc, got %r", protocol)
+        return 2
+    port = int(os.environ.get("PORT", "8080"))
     return serve(
         repository,
         host=os.environ.get("TOOLKIT_HOST", "0.0.0.0"),
-        port=int(os.environ.get("PORT", "8080")),
+        port=port if protocol == "http" else None,
+        grpc_port=port if protocol == "grpc" else None,
         exit_on_error=os.environ.get("TOOLKIT_EXIT_ON_ERROR", "1") != "0",
         graceful_seconds=float(os.environ.get("TOOLKIT_GRACEFUL_SECONDS", "9")),
         log_level=level,

@@ -1,20 +1,31 @@
-"""Run the runtime with uvicorn: listen at once, load models in the background, drain on SIGTERM.
+"""Run the runtime's listeners in one event loop: HTTP (uvicorn), gRPC (grpcio's asyncio server)
+and a metrics port, like tritonserver's 8000 / 8001 / 8002. Each one is optional.
 
-`/v2/health/live` answers as soon as the socket is open; `/v2/health/ready` turns 200 when every
-model is loaded (the Cloud Run startup probe). On SIGTERM uvicorn stops accepting connections and
-waits for in-flight requests (up to `graceful_seconds`); the batchers then drain and stop.
+Listen at once, load models in the background, drain on SIGTERM: `/v2/health/live` (gRPC
+ServerLive) answers as soon as the sockets are open; `/v2/health/ready` turns 200 (gRPC health
+SERVING) when every model is loaded (the Cloud Run startup probe). On SIGTERM/SIGINT the listeners
+stop accepting: uvicorn waits for in-flight requests, gRPC finishes what its calls and streams
+received (up to `graceful_seconds`); the batchers then drain and stop.
+
+The metrics port serves `GET /metrics` only (Prometheus text), as tritonserver's does; the HTTP
+port serves `/metrics` too, for platforms that route a single port.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
-from typing import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 
+from .. import metrics
 from ..app import create_app
 from ..model_repository import ModelRepository
 
@@ -22,20 +33,13 @@ log = logging.getLogger("handlers.server")
 
 
 class _Server(uvicorn.Server):
-    """uvicorn re-raises SIGTERM/SIGINT after its graceful shutdown, which kills the process before
-    the batchers drain and Python models' finalize() run. Handle the signals without re-raising."""
+    """Signals are handled once for every listener (see `serve`), never by uvicorn itself:
+    uvicorn would re-raise SIGTERM after its shutdown, killing the process before the batchers
+    drain and Python models' finalize() run."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        yield
 
 
 def _fastest(module: str, fallback: str) -> str:
@@ -46,47 +50,186 @@ def _fastest(module: str, fallback: str) -> str:
     return module
 
 
+async def _metrics_app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
+    """tritonserver's metrics port: `GET /metrics`, nothing else."""
+    if scope["type"] != "http":
+        return
+    if scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
+        status, body, content_type = 200, metrics.exposition(), metrics.CONTENT_TYPE
+    else:
+        status, body, content_type = 404, b'{"error":"Not Found"}', "application/json"
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(body)).encode())],
+    })
+    await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
+
+
+@dataclass(frozen=True)
+class Listener:
+    """What listens where (logged at startup)."""
+
+    kind: str  # "HTTP", "gRPC" or "metrics"
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        scheme = {"HTTP": "http://", "metrics": "http://"}.get(self.kind, "")
+        suffix = "/metrics" if self.kind == "metrics" else ""
+        return f"{self.kind} {scheme}{host}:{self.port}{suffix}"
+
+
+def _bind(host: str, port: int, kind: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"cannot listen for {kind} on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
 def serve(
     repository: ModelRepository,
     host: str = "127.0.0.1",
-    port: int = 8000,
+    port: int | None = 8000,
     *,
+    grpc_port: int | None = None,
+    metrics_port: int | None = None,
     exit_on_error: bool = True,
     graceful_seconds: float = 30.0,
     log_level: str = "info",
+    on_listening: Callable[[list[Listener]], None] | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT; returns the process exit status."""
-    app = create_app(repository)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        loop="uvloop" if _fastest("uvloop", "asyncio") == "uvloop" else "asyncio",
-        http="httptools" if _fastest("httptools", "h11") == "httptools" else "h11",
-        lifespan="off",
-        access_log=False,
-        log_level=log_level,
-        timeout_graceful_shutdown=int(graceful_seconds),
-        timeout_keep_alive=75,
-    )
-    server = _Server(config)
-    failure: list[BaseException] = []
-
-    def load() -> None:
-        try:
-            repository.load(exit_on_error=exit_on_error)
-        except BaseException as exc:  # reported after the server stops
-            failure.append(exc)
-            server.should_exit = True
-
-    loader = threading.Thread(target=load, name="model-loader", daemon=True)
-    loader.start()
+    """Serve until SIGTERM/SIGINT; returns the process exit status. A port of None or 0 turns
+    that listener off; `on_listening` gets the listeners once they are open."""
+    runner = _Runner(repository, host, exit_on_error, graceful_seconds, log_level)
     try:
-        server.run()
-    finally:
-        loader.join()
-        repository.stop(drain=True, timeout=graceful_seconds)
-    if failure:
-        log.error("%s", failure[0])
+        sockets = runner.bind(port, grpc_port, metrics_port)
+    except OSError as exc:
+        log.error("%s", exc)
         return 1
-    return 0
+    loop_factory = None
+    if _fastest("uvloop", "asyncio") == "uvloop":
+        import uvloop
+
+        loop_factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as loop_runner:
+        return loop_runner.run(runner.run(sockets, on_listening))
+
+
+class _Runner:
+    def __init__(self, repository: ModelRepository, host: str, exit_on_error: bool, graceful_seconds: float, log_level: str) -> None:
+        self.repository = repository
+        self.host = host
+        self.exit_on_error = exit_on_error
+        self.graceful_seconds = graceful_seconds
+        self.log_level = log_level
+        self.http: list[_Server] = []
+        self.grpc: Any = None
+        self.grpc_port = 0
+        self.listeners: list[Listener] = []
+        self.failure: list[BaseException] = []
+        self.stopping: asyncio.Event | None = None
+
+    def bind(self, port: int | None, grpc_port: int | None, metrics_port: int | None) -> dict[str, socket.socket]:
+        sockets: dict[str, socket.socket] = {}
+        try:
+            if port:
+                sockets["HTTP"] = _bind(self.host, port, "HTTP")
+            if metrics_port:
+                sockets["metrics"] = _bind(self.host, metrics_port, "metrics")
+        except OSError:
+            for sock in sockets.values():
+                sock.close()
+            raise
+        self.grpc_port = grpc_port or 0
+        return sockets
+
+    def _uvicorn(self, app: Any, sock: socket.socket) -> _Server:
+        config = uvicorn.Config(
+            app,
+            loop="none",
+            http="httptools" if _fastest("httptools", "h11") == "httptools" else "h11",
+            lifespan="off",
+            access_log=False,
+            log_level=self.log_level,
+            timeout_graceful_shutdown=int(self.graceful_seconds),
+            timeout_keep_alive=75,
+        )
+        return _Server(config)
+
+    async def run(self, sockets: dict[str, socket.socket], on_listening: Callable[[list[Listener]], None] | None) -> int:
+        loop = asyncio.get_running_loop()
+        self.stopping = asyncio.Event()
+        tasks: list[asyncio.Task[Any]] = []
+        if self.grpc_port:
+            from ..protocol.grpc.server import GrpcServer
+
+            self.grpc = GrpcServer(self.repository, self.host, self.grpc_port)
+            try:
+                bound = await self.grpc.start()
+            except OSError as exc:
+                log.error("%s", exc)
+                for sock in sockets.values():
+                    sock.close()
+                return 1
+            self.listeners.append(Listener("gRPC", self.host, bound))
+        for kind, sock in sockets.items():
+            server = self._uvicorn(create_app(self.repository) if kind == "HTTP" else _metrics_app, sock)
+            self.http.append(server)
+            tasks.append(asyncio.ensure_future(server.serve(sockets=[sock])))
+            self.listeners.append(Listener(kind, self.host, sock.getsockname()[1]))
+        order = {"HTTP": 0, "gRPC": 1, "metrics": 2}
+        self.listeners.sort(key=lambda listener: order[listener.kind])
+        if on_listening is not None:
+            on_listening(self.listeners)
+        for listener in self.listeners:
+            log.info("listening: %s", listener)
+
+        handled = (signal.SIGINT, signal.SIGTERM)
+        if threading.current_thread() is threading.main_thread():
+            for sig in handled:
+                loop.add_signal_handler(sig, self.stopping.set)
+        loader = threading.Thread(target=self._load, args=(loop,), name="model-loader", daemon=True)
+        loader.start()
+        try:
+            await self.stopping.wait()
+            log.info("shutting down: draining requests in flight (up to %.0f s)", self.graceful_seconds)
+            await self._stop(tasks)
+        finally:
+            if threading.current_thread() is threading.main_thread():
+                for sig in handled:
+                    loop.remove_signal_handler(sig)
+            await asyncio.to_thread(loader.join)
+            await asyncio.to_thread(self.repository.stop, drain=True, timeout=self.graceful_seconds)
+        if self.failure:
+            log.error("%s", self.failure[0])
+            return 1
+        return 0
+
+    def _load(self, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            self.repository.load(exit_on_error=self.exit_on_error)
+        except BaseException as exc:  # reported after the listeners stop
+            self.failure.append(exc)
+            assert self.stopping is not None
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(self.stopping.set)
+
+    async def _stop(self, tasks: list[asyncio.Task[Any]]) -> None:
+        for server in self.http:
+            server.should_exit = True
+        stops: list[Awaitable[Any]] = [*tasks]
+        if self.grpc is not None:
+            stops.append(self.grpc.stop(self.graceful_seconds))
+        results = await asyncio.gather(*stops, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                log.error("a listener failed while stopping: %r", result)

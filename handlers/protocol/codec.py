@@ -55,6 +55,8 @@ __all__ = [
     "SEQUENCE_START",
     "array_from_buffer",
     "bf16_from_float32",
+    "check_representable",
+    "classify",
     "decode_request",
     "encode_error",
     "encode_response",
@@ -63,6 +65,7 @@ __all__ = [
     "json_data",
     "json_tensor",
     "log_prefix",
+    "output_bytes",
     "parse_json",
     "tensor_datatype",
 ]
@@ -316,7 +319,7 @@ class _InputDecoder:
             )
         if datatype not in PROTOCOL_DATATYPES:
             raise invalid_argument(f"invalid datatype for input {name}")
-        _check_representable(name, datatype, shape)
+        check_representable(name, datatype, shape)
 
         if "shared_memory_region" in parameters:
             region = parameters["shared_memory_region"]
@@ -356,7 +359,7 @@ class _InputDecoder:
         return array_from_buffer(chunk, datatype, shape)
 
 
-def _check_representable(name: str, datatype: str, shape: list[int]) -> None:
+def check_representable(name: str, datatype: str, shape: list[int]) -> None:
     """numpy (like Triton's int64 shapes) cannot hold a dimension of 2**63 or more, nor a shape
     whose non-zero dimensions multiply past the address space, even for zero elements."""
     extent = _prod([d for d in shape if d]) * numpy_dtype(datatype).itemsize
@@ -561,12 +564,12 @@ def encode_response(
         array = np.asarray(response.outputs[name])
         datatype = datatypes.get(name) or tensor_datatype(array)
         if class_count > 0:
-            array = _classify(array, datatype, class_count, batched, (labels or {}).get(name))
+            array = classify(array, datatype, class_count, batched, (labels or {}).get(name))
             datatype = "BYTES"
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         try:
             data = None if binary else json_data(array, datatype)
-            raw = _binary_data(array, datatype) if data is None else None
+            raw = output_bytes(array, datatype) if data is None else None
         except (ValueError, TypeError, OverflowError) as exc:
             # the model returned something its config does not declare (a Python model's bug)
             raise internal(
@@ -626,7 +629,9 @@ def _bytes_items(array: np.ndarray) -> list:
     return array.reshape(-1).tolist()
 
 
-def _binary_data(array: np.ndarray, datatype: str) -> bytes | np.ndarray:
+def output_bytes(array: np.ndarray, datatype: str) -> bytes | np.ndarray:
+    """An output's tensor data as the binary extension (and gRPC's raw_output_contents) carry it:
+    BYTES length-prefixed, everything else flat little-endian (a uint8 view when possible)."""
     if datatype == "BYTES":
         return serialize_bytes(_bytes_items(array))
     flat = _typed(array, datatype)
@@ -654,7 +659,7 @@ def json_data(array: np.ndarray, datatype: str) -> Any:
     return flat
 
 
-def _classify(
+def classify(
     array: np.ndarray, datatype: str, count: int, batched: bool, labels: Sequence[str] | None
 ) -> np.ndarray:
     """Top-`count` classes per batch entry as "value:index[:label]" strings (Triton's

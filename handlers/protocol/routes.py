@@ -2,7 +2,7 @@
 
 Status codes and bodies follow tritonserver 2.51 as measured (docs/protocol.md): unknown model 404
 `Request for unknown model: 'x' is not found`, readiness by status code (200 / 400), errors as
-`{"error": "..."}`. gRPC is out of scope.
+`{"error": "..."}`. The gRPC service (handlers/protocol/grpc) answers from the same documents.
 Infer on a decoupled model answers tritonserver's 501 (generate.py streams its responses).
 
 Every route is described in the app's OpenAPI document (`GET /openapi.json`): the v2 request and
@@ -27,7 +27,7 @@ from .. import __version__
 from .. import limits
 from .. import metrics
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type
-from ..errors import InferenceError
+from ..errors import ErrorCode, InferenceError
 from ..model_repository import LoadedModel, ModelRepository, decoupled_error
 from .codec import decode_request, encode_error, encode_response
 from .compression import compress, decompress
@@ -35,9 +35,25 @@ from .validation import validate_request
 
 log = logging.getLogger("handlers.protocol.routes")
 
-SERVER_NAME = "toolkit"
-# Only what this runtime implements (GET /v2 must not promise more).
-EXTENSIONS = ["binary_tensor_data", "model_configuration", "parameters", "schedule_policy", "statistics"]
+# GET /v2 answers as tritonserver 2.51 does, because clients written for Triton check it
+# (tritonclient's simple_http_health_metadata.py requires name "triton"). The toolkit's own identity
+# goes in a field clients ignore (`toolkit_version`). The extensions are tritonserver 2.51's list, in
+# its order, less what this runtime does not implement (sequence, model_repository(unload_dependents),
+# system_shared_memory, cuda_shared_memory, trace, logging): GET /v2 must not promise more.
+SERVER_NAME = "triton"
+SERVER_VERSION = "2.51.0"
+EXTENSIONS = [
+    "classification",
+    "model_repository",
+    "schedule_policy",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+    "statistics",
+]
+# tritonserver's answer to load/unload unless started with --model-control-mode=explicit
+# (model_repository_manager.cc); an image serves the repository it was built with.
+MODEL_CONTROL_DISABLED = "explicit model load / unload is not allowed if polling is enabled"
 
 JSON = "application/json"
 
@@ -58,7 +74,8 @@ def error_response(error: InferenceError) -> Response:
     return Response(encode_error(error), status_code=error.http_status, media_type=JSON)
 
 
-def _metadata(model: LoadedModel, versions: list[int]) -> dict[str, Any]:
+def model_metadata_document(model: LoadedModel, versions: list[int]) -> dict[str, Any]:
+    """Triton's model metadata (REST `GET /v2/models/M`, gRPC `ModelMetadata`)."""
     config = model.spec.config
     batch = [-1] if model.spec.max_batch_size > 0 else []
 
@@ -197,6 +214,7 @@ _SERVER_METADATA_SCHEMA = {
         "name": {"type": "string"},
         "version": {"type": "string"},
         "extensions": {"type": "array", "items": {"type": "string"}},
+        "toolkit_version": {"type": "string"},
     },
 }
 _MODEL_METADATA_SCHEMA = {
@@ -317,9 +335,14 @@ async def health_ready(request: Request) -> Response:
     return Response(status_code=200 if _repository(request).ready() else 400)
 
 
+def server_metadata_document() -> dict[str, Any]:
+    """Triton's server metadata (REST `GET /v2`, gRPC `ServerMetadata`)."""
+    return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS, "toolkit_version": __version__}
+
+
 @router.get("/v2", responses={200: _ok(_SERVER_METADATA_SCHEMA)})
 async def server_metadata() -> Response:
-    return _json({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
+    return _json(server_metadata_document())
 
 
 @router.get("/v2/models/stats", responses={200: _ok(_STATISTICS_SCHEMA)})
@@ -343,7 +366,7 @@ async def model_metadata(request: Request, model_name: str, model_version: int |
         return error_response(error)
     if not model.ready:
         return error_response(model.not_ready_error())
-    return _json(_metadata(model, repository.ready_versions(model_name)))
+    return _json(model_metadata_document(model, repository.ready_versions(model_name)))
 
 
 @router.get(
@@ -532,6 +555,34 @@ async def repository_index(request: Request) -> Response:
     state (READY / UNAVAILABLE / LOADING) and, for a failed load, the reason. Loading and unloading
     models at runtime is not offered (an image serves what it was built with)."""
     return _json(_repository(request).index())
+
+
+_MODEL_CONTROL_RESPONSES = {
+    400: {"description": "The body is not a JSON object"},
+    413: {"description": "The body is over the request size limit"},
+    503: {"description": "Model control is disabled (tritonserver's default --model-control-mode)"},
+}
+
+
+@router.post("/v2/repository/models/{model_name}/load", responses=_MODEL_CONTROL_RESPONSES)
+@router.post("/v2/repository/models/{model_name}/unload", responses=_MODEL_CONTROL_RESPONSES)
+async def model_control(request: Request, model_name: str) -> Response:
+    """Load and unload answer as tritonserver does without --model-control-mode=explicit: the body
+    is read (a malformed one is a 400), then 503 `explicit model load / unload is not allowed if
+    polling is enabled`, whatever the model."""
+    try:
+        limits.LIMITS.check_content_length(request.headers.get("content-length"))
+        body = await limits.read_limited(request.stream(), limits.LIMITS)
+        if body.strip():
+            try:
+                document = orjson.loads(body)
+            except orjson.JSONDecodeError as error:
+                raise InferenceError(f"failed to parse the request JSON buffer: {error}") from None
+            if not isinstance(document, dict):
+                raise InferenceError("failed to parse the request JSON buffer: the body is not a JSON object")
+        raise InferenceError(MODEL_CONTROL_DISABLED, ErrorCode.UNAVAILABLE)
+    except InferenceError as error:
+        return error_response(error)
 
 
 @router.get("/metrics", responses={200: _ok({"type": "string"}, "Prometheus text format", "text/plain")})

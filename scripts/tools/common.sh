@@ -49,3 +49,24 @@ pinned_venv() {
     fi
   ) 9>"$dir.lock"
 }
+
+# venv_package DIR REQUIREMENT: one more pinned requirement in the venv DIR (pinned_venv made it),
+# installed or replaced in place when it changes (e.g. the ONNX Runtime version), under DIR's lock.
+venv_package() {
+  local dir=$1 want=$2 marker="$1/.toolkit-tools-package"
+  [ "$(cat "$marker" 2>/dev/null)" = "$want" ] && return 0
+  (
+    flock 9
+    if [ "$(cat "$marker" 2>/dev/null)" != "$want" ]; then
+      tools_say "installing $want into $dir"
+      "$dir/bin/python" -m pip install -q --disable-pip-version-check "$want" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+      [ "${PIPESTATUS[0]}" = 0 ] || { tools_say "pip install $want failed"; exit 1; }
+      echo "$want" > "$marker"
+    fi
+  ) 9>"$dir.lock"
+}
+
+# shared_library SONAME: does the dynamic linker know this library?
+shared_library() {
+  [[ "$(PATH="$PATH:/sbin:/usr/sbin" ldconfig -p 2>/dev/null)" == *" $1 ("* ]]
+}

@@ -4,9 +4,10 @@
     cd tests && ../.venv/bin/python -m oracle.record core onnx  # some groups (others are kept)
 
 Each group of tests/oracle/corpus is materialized (materialize.py) into a temporary repository
-and loaded by `triton-validate` (tritonserver 2.51.0, see /work/shared/anchors/README.md) twice:
-with `--strict-model-config=true` ("strict": like `toolkit validate --disable-auto-complete-config`)
-and with `--autofill` ("autofill": auto-complete enabled, toolkit's default). Groups whose
+and loaded by `scripts/tools/tritonserver validate` (the real tritonserver 2.51.0, installed on
+first use; docs/tools.md) twice: with `--strict-model-config=true` ("strict": like
+`toolkit validate --disable-auto-complete-config`) and with `--autofill` ("autofill": auto-complete
+enabled, toolkit's default). Groups whose
 ORACLE.json says {"isolate": true} load each model in a repository of its own (tritonserver 2.51
 sometimes crashes when many python models run their warmup at once); there a model that alone
 makes tritonserver abort or hang is recorded with the state "CRASH" ({"together": [[...]]}
@@ -15,8 +16,9 @@ lists models that are loaded together, e.g. ensembles and the models they use).
 For every model the file records tritonserver's state, the versions it loaded and its reason,
 exactly as tritonserver gives them, except that the temporary repository path is replaced by
 "$REPO". For groups that are not isolated it also records the completed config tritonserver
-serves (GET /v2/models/<model>/config) for every READY model (triton_configs.py). Reasons that the repository index does not carry (ensemble dependency errors, models
-with no version to load) are taken from tritonserver's log, where the model is named.
+serves (GET /v2/models/<model>/config) for every READY model (`validate --configs`, same run).
+Reasons that the repository index does not carry (ensemble dependency errors, models with no
+version to load) are taken from tritonserver's log, where the model is named.
 
 The expected values are never edited by hand: rerun this script.
 """
@@ -25,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,11 +37,7 @@ from .materialize import groups, group_options, materialize, models
 
 HERE = Path(__file__).resolve().parent
 EXPECTED = HERE / "expected.json"
-TRITON_VALIDATE = Path(os.environ.get("TRITON_VALIDATE", "/work/shared/anchors/triton-validate"))
-ANCHORS_PYTHON = (
-    Path(os.environ.get("ANCHORS_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anchors")
-    / "triton-venv" / "bin" / "python"
-)
+TRITONSERVER = HERE.parents[1] / "scripts" / "tools" / "tritonserver"
 MODES = {"strict": [], "autofill": ["--autofill"]}
 REPO = "$REPO"
 
@@ -61,69 +57,41 @@ class OracleError(RuntimeError):
     pass
 
 
-def _remove_shared_memory(pid: int) -> None:
-    """The python backend's regions of a triton-validate run that did not clean up (it names
-    them after its process id; the wrapper execs it, so that is `pid`)."""
-    for region in Path("/dev/shm").glob(f"triton_validate_{pid}_*"):
-        region.unlink(missing_ok=True)
+def run_oracle(repository: Path, mode: str, timeout: float, attempts: int = 2) -> dict:
+    """`scripts/tools/tritonserver validate --json --configs --log` on `repository`: the
+    repository index ("models"), the configs READY models serve ("configs") and tritonserver's log.
 
-
-def run_oracle(repository: Path, mode: str, timeout: float, attempts: int = 2) -> tuple[list[dict], str]:
-    """Run triton-validate; returns the repository index (JSON) and tritonserver's log.
-
-    A model that hangs tritonserver's startup makes it time out: triton-validate then gets SIGINT,
-    which makes it stop its tritonserver and clean up (SIGKILL would leave shared memory behind).
-    A server that dies without a word is tried again (up to `attempts` runs); an abort with a
-    C++ exception or a hang is final.
+    A model that hangs tritonserver's startup makes the tool give up after `timeout` seconds (it
+    stops its tritonserver and cleans up). A server that dies without a word is tried again (up to
+    `attempts` runs); an abort with a C++ exception or a hang is final.
     """
-    env = dict(os.environ, TRITON_VALIDATE_LOG="1")
     problem = ""
     for _ in range(attempts):
-        proc = subprocess.Popen(
-            [str(TRITON_VALIDATE), str(repository), "--json", *MODES[mode]],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+        proc = subprocess.run(
+            [str(TRITONSERVER), "validate", str(repository), "--json", "--configs", "--log",
+             "--timeout", str(timeout), *MODES[mode]],
+            capture_output=True,
             text=True,
-            env=env,
+            timeout=timeout + 900,  # the first use installs the tool
         )
         try:
-            stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.communicate()
-            _remove_shared_memory(proc.pid)
+            result = json.loads(proc.stdout)
+        except json.JSONDecodeError:
+            raise OracleError(f"scripts/tools/tritonserver failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+        failure = result.get("failure")
+        if failure is None:
+            return result
+        if failure["kind"] == "hung":
             problem = f"tritonserver did not come up within {timeout:.0f} s (it hangs)"
             break  # a hang is not worth waiting for again
-        _remove_shared_memory(proc.pid)
-        try:
-            return json.loads(stdout), stderr
-        except json.JSONDecodeError:
-            fatal = [line for line in stderr.splitlines() if line.startswith(("terminate called", "  what():"))]
-            problem = " ".join(line.strip() for line in fatal) or "tritonserver did not come up"
-            problem = problem.replace("terminate called after throwing an instance of", "tritonserver aborted:")
-            if fatal:
-                break  # a crash is deterministic: no need to try again
+        problem = failure["message"].replace("terminate called after throwing an instance of", "tritonserver aborted:")
+        if failure["message"].startswith("terminate called"):
+            break  # a crash is deterministic: no need to try again
+        problem = "tritonserver did not come up"
     raise OracleError(problem)
 
 
 _CIRCULAR = "Invalid argument: circular dependency between ensembles: "
-
-
-def run_configs(repository: Path, mode: str) -> dict[str, dict]:
-    """tritonserver's completed config of every READY model (triton_configs.py)."""
-    proc = subprocess.run(
-        [str(ANCHORS_PYTHON), str(HERE / "triton_configs.py"), str(repository), *MODES[mode]],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if proc.returncode != 0:
-        raise OracleError(f"triton_configs.py failed on {repository} ({mode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)
 
 
 def _from_log(log: str) -> tuple[dict[str, str], list[str]]:
@@ -198,7 +166,7 @@ def record_group(group: str) -> dict[str, dict]:
                 try:
                     # tritonserver 2.51 sometimes dies when a warmup fails: try again before
                     # recording a crash.
-                    index, log = run_oracle(root, mode, timeout=60, attempts=3) if isolate else run_oracle(
+                    run = run_oracle(root, mode, timeout=60, attempts=3) if isolate else run_oracle(
                         root, mode, timeout=240
                     )
                 except OracleError as exc:
@@ -209,12 +177,11 @@ def record_group(group: str) -> dict[str, dict]:
                     for name in batch:
                         found[name] = {"state": "CRASH", "versions": [], "reason": str(exc)}
                     continue
-                verdict, lines = verdicts(index, log, batch, root)
+                verdict, lines = verdicts(run["models"], run["log"], batch, root)
                 found.update(verdict)
                 circular.extend(lines)
                 if not isolate:
-                    served = run_configs(root, mode)
-                    configs = json.loads(json.dumps(served).replace(str(root), REPO))
+                    configs = json.loads(json.dumps(run["configs"]).replace(str(root), REPO))
         result[mode] = {"models": found, "circular": sorted(circular)}
         if not isolate:
             result[mode]["configs"] = configs
@@ -237,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown group(s): {', '.join(sorted(unknown))}")
 
     data = json.loads(EXPECTED.read_text()) if EXPECTED.is_file() else {}
-    data["oracle"] = f"tritonserver {tritonserver_version()} via {TRITON_VALIDATE.name} (--exit-on-error=false)"
+    data["oracle"] = f"tritonserver {tritonserver_version()} via scripts/tools/tritonserver validate (--exit-on-error=false)"
     data.setdefault("groups", {})
     for group in list(data["groups"]):
         if group not in groups():

@@ -15,6 +15,7 @@ import abc
 import json
 import os
 import platform as host_platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -49,6 +50,8 @@ class ImageInfo:
     labels: dict[str, str] = field(default_factory=dict)
     user: str = ""
     architecture: str = ""
+    entrypoint: list[str] = field(default_factory=list)
+    cmd: list[str] = field(default_factory=list)
 
 
 def _run(command: Sequence[str], env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -137,7 +140,9 @@ class Builder(abc.ABC):
     def probe(self, image: str, script: str, platform: str) -> str:
         """Run `python3 -c script` in `image` (no network); its output."""
 
-    def run_detached(self, image: str, args: list[str]) -> str:
+    def run_detached(self, image: str, args: list[str], command: list[str] | None = None) -> str:
+        """Start `image` in the background with engine options `args` (and `command` after the
+        image: the entrypoint's arguments); return the container's name."""
         raise BuildError(f"{self.name} cannot run images here")
 
     def remove_container(self, container: str) -> None:
@@ -191,7 +196,7 @@ class DockerBuilder(Builder):
         config = data.get("Config") or {}
         return ImageInfo(
             reference, data["Id"], int(data["Size"]), layers[::-1], config.get("Labels") or {},
-            config.get("User", ""), data.get("Architecture", ""),
+            config.get("User", ""), data.get("Architecture", ""), config.get("Entrypoint") or [], config.get("Cmd") or [],
         )
 
     def probe(self, image: str, script: str, platform: str) -> str:
@@ -205,9 +210,13 @@ class DockerBuilder(Builder):
             raise BuildError(f"could not run python3 in base image {image}", detail=(result.stdout + result.stderr)[-2000:])
         return result.stdout
 
-    def run_detached(self, image: str, args: list[str]) -> str:
+    def run_detached(self, image: str, args: list[str], command: list[str] | None = None) -> str:
         name = f"toolkit-build-{uuid.uuid4().hex[:12]}"
-        result = _run([self.executable, "run", "-d", "--name", name, *args, image], self.env, timeout=600)
+        try:
+            result = _run([self.executable, "run", "-d", "--name", name, *args, image, *(command or [])], self.env, timeout=600)
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM, timeout) while the engine creates it
+            self.remove_container(name)
+            raise
         if result.returncode != 0:
             self.remove_container(name)  # created but not started: leave nothing behind
             raise BuildError(f"could not start {image}", detail=result.stderr[-2000:])
@@ -266,8 +275,22 @@ class PodmanBuilder(DockerBuilder):
         config = data.get("Config") or {}
         return ImageInfo(
             reference, data["Id"], int(data.get("Size") or 0), layers[::-1], config.get("Labels") or {},
-            config.get("User", ""), data.get("Architecture", ""),
+            config.get("User", ""), data.get("Architecture", ""), config.get("Entrypoint") or [], config.get("Cmd") or [],
         )
+
+
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+def _buildah_size(value: object) -> int:
+    """`buildah images --json` gives the size as bytes or, in buildah 1.2x, as go-units text
+    ("309 MB", decimal units): bytes either way (the text form to its 3 significant digits)."""
+    if isinstance(value, (int, float)):
+        return int(value)
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([kKmMgGtT]?B)\s*", str(value or "0B"))
+    if match is None:
+        raise BuildError(f"buildah reported an image size it cannot read: {value!r}")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 class BuildahBuilder(PodmanBuilder):
@@ -288,7 +311,7 @@ class BuildahBuilder(PodmanBuilder):
         if result.returncode != 0:
             raise BuildError(f"buildah images {reference} failed", detail=result.stderr[-2000:])
         data = json.loads(result.stdout)[0]
-        return ImageInfo(reference, data.get("id", ""), int(data.get("size") or 0))
+        return ImageInfo(reference, data.get("id", ""), _buildah_size(data.get("size")))
 
     def probe(self, image: str, script: str, platform: str) -> str:
         made = _run([self.executable, "from", "--platform", platform, image], self.env, timeout=600)
@@ -303,7 +326,7 @@ class BuildahBuilder(PodmanBuilder):
             raise BuildError(f"could not run python3 in base image {image}", detail=(result.stdout + result.stderr)[-2000:])
         return result.stdout
 
-    def run_detached(self, image: str, args: list[str]) -> str:
+    def run_detached(self, image: str, args: list[str], command: list[str] | None = None) -> str:
         raise BuildError("buildah cannot run a service container; use docker or podman to measure the cold start")
 
 

@@ -26,11 +26,15 @@ from typing import Any
 
 import jinja2
 
+from handlers.backends.python import INSTANCE_MODE_ENV
+
 from .. import __version__
 from ..repository.compile import MANIFEST_FILENAME, CompiledModel, CompiledRepository
 from ..repository.discover import is_version_directory_name
 from .base_image import ARCH_PLATFORM, BaseImage
 from .errors import BuildError
+from .grpc_modules import FOLDER as GRPC_MODULES_FOLDER
+from .grpc_modules import copy_generated_modules
 from .hooks import python_autocomplete_command
 from .runtime_deps import RuntimeSet
 from .runtime_imports import RUNTIME_PACKAGE, check_runtime_imports
@@ -267,6 +271,7 @@ def _labels(plan: ImagePlan, compiled: CompiledRepository, repository_digest: st
         f"{LABEL_PREFIX}.versions": versions,
         f"{LABEL_PREFIX}.repository.digest": repository_digest,
         f"{LABEL_PREFIX}.python": plan.base.python,
+        f"{LABEL_PREFIX}.protocol": plan.runtime.protocol,
     }
     if plan.runtime.cuda is not None:
         labels[f"{LABEL_PREFIX}.cuda"] = f"{plan.runtime.cuda.cuda_major} (driver >= {plan.runtime.cuda.min_driver})"
@@ -282,9 +287,13 @@ def _env(plan: ImagePlan, wheelhouse: Wheelhouse) -> list[str]:
         ("PYTHONUNBUFFERED", "1"),
         ("HOME", "/tmp"),
         ("TOOLKIT_MANIFEST", plan.layout.manifest),
+        (INSTANCE_MODE_ENV, plan.target.python_instance_mode),
     ]
     if plan.target.server:
         env.append(("PORT", str(CONTAINER_PORT)))
+    if plan.runtime.protocol == "grpc":
+        env.append(("TOOLKIT_PROTOCOL", "grpc"))
+        env.append(("TOOLKIT_GRPC_MODULES", f"{plan.layout.app_dir}/{GRPC_MODULES_FOLDER}"))
     libraries = wheelhouse.library_dirs(plan.layout.deps_dir)
     if libraries:
         env.append(("LD_LIBRARY_PATH", ":".join(libraries)))
@@ -336,6 +345,8 @@ def render_context(
     repository.mkdir()
     model_bytes = copy_models(compiled, repository)
     copy_runtime(output / "app")
+    if plan.runtime.protocol == "grpc":
+        copy_generated_modules(output / "app")
     install_into(wheelhouse, output / "wheelhouse", EPOCH)
     normalize_tree(output)
     repository_digest = tree_digest(repository)

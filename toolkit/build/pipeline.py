@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +33,9 @@ from .base_image import (
 from .builders import Builder, check_platform_buildable, detect_builder, printable_command, wait_ready
 from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
 from .errors import BuildError, BuildOptionError
+from .local_run import LocalLambda, free_port, run_service
 from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
-from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, runtime_requirements
+from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, PROTOCOLS, runtime_requirements
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
 from .wheelhouse import ModelRequirements, build_wheelhouse
 
@@ -82,6 +82,7 @@ class BuildOptions:
     refresh_wheels: bool = False
     auto_complete: bool = True
     wheel_cache: Path | None = None
+    protocol: str = "http"  # cloudrun / knative: "grpc" serves inference.GRPCInferenceService on $PORT
 
 
 @dataclass
@@ -104,6 +105,13 @@ def _check_options(options: BuildOptions) -> Target:
         raise BuildOptionError(f"unknown device '{options.device}': choose auto, cpu or gpu")
     if options.device == "gpu" and not target.gpu:
         raise BuildOptionError(f"{target.name} has no GPU: build with --device cpu (KIND_GPU models are mapped to CPU)")
+    if options.protocol not in PROTOCOLS:
+        raise BuildOptionError(f"unknown protocol '{options.protocol}': choose {' or '.join(PROTOCOLS)}")
+    if options.protocol == "grpc" and not target.server:
+        raise BuildOptionError(
+            f"{target.name} has no gRPC (a function is invoked with HTTP events): build with --protocol http and "
+            "drive it with gRPC clients through `toolkit proxy URL --grpc-port 8001`"
+        )
     if options.cuda not in CUDA_LINES:
         raise BuildOptionError(f"unsupported CUDA major {options.cuda}: choose {' or '.join(map(str, CUDA_LINES))}")
     if options.name is not None and not _NAME.match(options.name):
@@ -197,59 +205,78 @@ def _model_requirements(compiled: CompiledRepository) -> list[ModelRequirements]
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def measure_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
+def measure_cold_start(builder: Builder, image: str, ui: BuildUI, protocol: str = "http") -> ColdStart:
     """Start the image as Cloud Run would (read-only root, writable /tmp, non-root) and time it
-    until /v2/health/ready answers 200 (models loaded and warmed up)."""
-    port = _free_port()
+    until it is ready (models loaded and warmed up): /v2/health/ready answers 200, or for a gRPC
+    image the grpc.health.v1 check answers SERVING."""
+    port = free_port()
     ui.step(f"measuring cold start of {image}")
     start = time.monotonic()
-    container = builder.run_detached(
-        image, ["--network", "host", "-e", f"PORT={port}", "-e", "TOOLKIT_HOST=127.0.0.1", "--read-only", "--tmpfs", "/tmp"]
-    )
+    container = run_service(builder, image, port)
     try:
-        ready = wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", READY_TIMEOUT_S, lambda: builder.running(container))
+        alive = lambda: builder.running(container)  # noqa: E731
+        if protocol == "grpc":
+            ready = wait_grpc_serving(f"127.0.0.1:{port}", READY_TIMEOUT_S, alive)
+            what = "container start to gRPC health SERVING, this host"
+        else:
+            ready = wait_ready(f"http://127.0.0.1:{port}/v2/health/ready", READY_TIMEOUT_S, alive)
+            what = "container start to /v2/health/ready, this host"
         if ready is None:
             raise BuildError(f"{image} did not become ready within {READY_TIMEOUT_S:.0f} s", detail=builder.logs(container)[-3000:])
-        return ColdStart(round(time.monotonic() - start, 2), True, "container start to /v2/health/ready, this host")
+        return ColdStart(round(time.monotonic() - start, 2), True, what)
     finally:
         builder.remove_container(container)
 
 
-# Lambda runs functions as an arbitrary non-root user (uid 993 in today's sandboxes).
-LAMBDA_SANDBOX_USER = "993:990"
-
-
-def measure_lambda_cold_start(builder: Builder, image: str, ui: BuildUI) -> ColdStart:
-    """Run the image as Lambda does (read-only root, writable /tmp, arbitrary non-root user) with a
-    local Runtime API, and time it until it answers a Function URL event for /v2/health/ready."""
-    from .lambda_emulator import RuntimeAPI, function_url_event
-
-    ui.step(f"measuring cold start of {image} (local Lambda Runtime API)")
-    with RuntimeAPI() as api:
-        args = ["--network", "host", "--read-only", "--tmpfs", "/tmp", "--user", LAMBDA_SANDBOX_USER]
-        for key, value in api.environment().items():
-            args += ["-e", f"{key}={value}"]
-        start = time.monotonic()
-        container = builder.run_detached(image, args)
-        try:
-            event = function_url_event("GET", "/v2/health/ready", {}, b"", "localhost")
+def wait_grpc_serving(address: str, timeout_s: float, alive) -> float | None:
+    """Seconds until the grpc.health.v1 check of `address` answers SERVING (None: timeout, or the
+    container stopped)."""
+    try:
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+    except ImportError:
+        raise BuildError("measuring a gRPC image needs grpcio: pip install 'triton-serverless-toolkit[grpc]'") from None
+    start = time.monotonic()
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() - start < timeout_s:
+            if not alive():
+                return None
             try:
-                invocation = api.invoke(event, READY_TIMEOUT_S, alive=lambda: builder.running(container))
-            except (RuntimeError, TimeoutError) as exc:
-                raise BuildError(f"{image} did not answer: {exc}", detail=builder.logs(container)[-3000:]) from None
-            seconds = time.monotonic() - start
-            status = invocation.payload.get("statusCode") if isinstance(invocation.payload, dict) else None
-            if invocation.outcome != "response" or status != 200:
-                raise BuildError(f"{image} answered /v2/health/ready with {invocation.payload!r}", detail=builder.logs(container)[-3000:])
-        finally:
-            builder.remove_container(container)
-    return ColdStart(round(seconds, 2), True, "container start to first response (init + invoke), local Runtime API")
+                answer = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING:
+                    return time.monotonic() - start
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    return None
+
+
+def measure_lambda_cold_start(builder: Builder, image: str, platform: str, ui: BuildUI) -> ColdStart:
+    """Run the image as Lambda does, under AWS's Lambda Runtime Interface Emulator (read-only
+    root, /tmp tmpfs, an arbitrary non-root user), and time it from the engine's start to the
+    answer to a Function URL event for /v2/health/ready; the init phase is the RIE's INIT REPORT."""
+    import json
+
+    from ..deploy.function_url import http_response, request_event
+    from .lambda_rie import RIE_DESCRIPTION
+
+    ui.step(f"measuring cold start of {image} (AWS Lambda Runtime Interface Emulator)")
+    with LocalLambda(builder, image, arch=PLATFORM_ARCH[platform], function_name=image.split(":")[0].rsplit("/", 1)[-1]) as function:
+        status, headers, payload = function.invoke(json.dumps(request_event("GET", "/v2/health/ready")).encode(), READY_TIMEOUT_S)
+        seconds = time.monotonic() - function.started_at
+        answer = http_response(payload, headers.get("X-Amz-Function-Error")) if status == 200 else None
+        if answer is None or answer.status != 200:
+            what = f"the RIE answered {status}" if answer is None else f"/v2/health/ready answered {answer.status}"
+            body = payload if answer is None else answer.body
+            raise BuildError(f"{image} is not ready under the Lambda RIE: {what}: {body[:500].decode(errors='replace')}",
+                             detail=function.logs()[-3000:])
+        reports = function.reports()
+    init = round(reports.init_ms / 1000, 3) if reports.init_ms is not None else None
+    how = f"container start to the first answer (init + first invoke) under {RIE_DESCRIPTION}, this host"
+    if init is not None:
+        how += f"; init {init:.2f} s (the RIE's INIT REPORT, Lambda's Init Duration)"
+    return ColdStart(round(seconds, 2), True, how, init_seconds=init)
 
 
 def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
@@ -272,6 +299,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         runtime_client=not base.lambda_base,
         gpu_cuda=options.cuda if gpu else None,
         backends={model.backend for model in compiled.models.values()},
+        protocol=options.protocol,
     )
     layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT
     name = options.name or default_image_name(compiled.root)
@@ -308,7 +336,7 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         device=device, context=str(context.directory), context_digest=context.digest,
         repository_digest=context.repository_digest, builder=builder.name if builder else "none", build_command=command,
         models=models, python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
-        warnings=target_warnings(target, compiled, gpu_models),
+        warnings=target_warnings(target, compiled, gpu_models), python_instance_mode=target.python_instance_mode,
     )
     if runtime.cuda is not None:
         report.cuda = {
@@ -322,12 +350,14 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         )
     write_metadata(context, {
         "toolkit_version": __version__, "name": name, "tag": tag, "image": reference, "push": pushed,
-        "target": target.name, "platform": plan.platform, "device": device, "base_image": base.reference,
+        "target": target.name, "protocol": options.protocol, "platform": plan.platform, "device": device, "base_image": base.reference,
         "python": base.python, "base_image_source": base.source, "labels": context.labels, "build_command": command,
         "models": {m.name: m.versions for m in models},
     })
     report_path = context.directory / "build-report.json"
-    report.manifests = [str(p) for p in _write_deploy_manifests(target.name, context.directory, pushed or reference, name, compiled)]
+    report.manifests = [
+        str(p) for p in _write_deploy_manifests(target.name, context.directory, pushed or reference, name, compiled, options.protocol)
+    ]
     _add_cpu_budget(report, target.name, name, compiled)
 
     if target.max_image_bytes is not None and sum(context.model_bytes.values()) > target.max_image_bytes:
@@ -353,9 +383,9 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         ui.warn(f"{builder.name} cannot run the image: the cold start is estimated, not measured")
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
     elif options.measure_cold_start and target.server:
-        report.cold_start = measure_cold_start(builder, reference, ui)
+        report.cold_start = measure_cold_start(builder, reference, ui, options.protocol)
     elif options.measure_cold_start:
-        report.cold_start = measure_lambda_cold_start(builder, reference, ui)
+        report.cold_start = measure_lambda_cold_start(builder, reference, plan.platform, ui)
     else:
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
     if report.errors:
@@ -384,10 +414,14 @@ def _add_cpu_budget(report: BuildReport, target: str, name: str, compiled: Compi
         entry.cpu_threads = threads.get(entry.name, "")
 
 
-def _write_deploy_manifests(target: str, context_dir: Path, image: str, name: str, compiled) -> list[Path]:
+def _write_deploy_manifests(target: str, context_dir: Path, image: str, name: str, compiled, protocol: str = "http") -> list[Path]:
     """The target's deployment manifest (SAM template.yaml, Cloud Run or Knative service.yaml)
     beside the image, for teams that deploy through infrastructure as code."""
     from ..deploy.manifests import write_manifests
+    from ..deploy.service_settings import ServiceOverrides
     from .context import DEPLOY_FOLDER
 
-    return write_manifests(target, context_dir / DEPLOY_FOLDER, image=image, name=name, compiled_repository=compiled)
+    options = ServiceOverrides(protocol=protocol) if protocol != "http" else None
+    return write_manifests(
+        target, context_dir / DEPLOY_FOLDER, image=image, name=name, compiled_repository=compiled, options=options
+    )

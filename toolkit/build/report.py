@@ -20,6 +20,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from handlers.backends.python import AUTO, IN_PROCESS, PROCESS
+
 from ..repository.compile import CompiledRepository
 from .builders import Layer
 from .targets import Target
@@ -66,6 +68,7 @@ class ColdStart:
     seconds: float
     measured: bool
     how: str
+    init_seconds: float | None = None  # Lambda: the init phase alone (AWS's RIE, INIT REPORT)
 
 
 @dataclass
@@ -95,6 +98,8 @@ class BuildReport:
     pushed: str | None = None
     manifests: list[str] = field(default_factory=list)  # deployment manifests (IaC) written beside the image
     build_seconds: float | None = None
+    # TOOLKIT_PYTHON_INSTANCE_MODE baked into the image: where python models' instances run
+    python_instance_mode: str | None = None
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -124,6 +129,8 @@ class BuildReport:
         if self.cold_start:
             kind = "measured" if self.cold_start.measured else "estimated"
             rows.append(("cold start", f"{self.cold_start.seconds:.1f} s {kind} ({self.cold_start.how})"))
+        if self.python_instance_mode and any(m.backend == "python" for m in self.models):
+            rows.append(("python instances", python_instances_text(self.python_instance_mode)))
         if self.cpu_budget:
             rows.append(("CPU budget", self.cpu_budget["summary"].removeprefix("CPU budget: ")))
         if self.build_seconds is not None:
@@ -156,6 +163,16 @@ class BuildReport:
         for name, version in self.python_deps.items():
             deps.add_row(name, version)
         console.print(deps)
+
+
+def python_instances_text(mode: str) -> str:
+    """Where python models' instances run in the image, for the report."""
+    where = {
+        PROCESS: "each in a model process of its own: a model that crashes fails only its own requests",
+        AUTO: "in the serving process when a model has one instance (faster cold start), else in model processes",
+        IN_PROCESS: "in the serving process",
+    }.get(mode, mode)
+    return f"{where} (TOOLKIT_PYTHON_INSTANCE_MODE={mode})"
 
 
 def _short(created_by: str, width: int = 100) -> str:

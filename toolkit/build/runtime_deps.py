@@ -1,8 +1,11 @@
 """What the `handlers` runtime needs inside an image: declared here, once.
 
 The image installs exactly these distributions (plus their own dependencies, resolved by pip for
-the image's platform and Python) and nothing of the build-time side: never toolkit, protobuf,
-onnx, jinja2, boto3 or tritonclient. The version floors match pyproject.toml's (a test checks).
+the image's platform and Python) and nothing of the build-time side: never toolkit, onnx, jinja2,
+boto3 or tritonclient, and protobuf only in gRPC images (`--protocol grpc`), whose Triton messages
+need it: those images carry grpcio, grpcio-health-checking and protobuf, plus tritonclient's
+generated modules copied as files (toolkit/build/grpc_modules.py), never tritonclient itself. The
+version floors match pyproject.toml's (a test checks).
 
 ONNX Runtime is installed without its declared dependencies: the `onnxruntime` module needs only
 numpy at run time; flatbuffers, packaging and protobuf serve its offline tools (quantisation,
@@ -56,6 +59,18 @@ SERVER: tuple[RuntimeRequirement, ...] = (
     RuntimeRequirement("uvloop>=0.19", ("uvloop",)),
     RuntimeRequirement("httptools>=0.6", ("httptools",)),
 )
+
+# gRPC images (handlers.protocol.grpc): grpcio's asyncio server, the standard health service, and
+# protobuf for Triton's generated messages. grpcio >= the version tritonclient's service_pb2_grpc
+# was generated for; protobuf >= the one its *_pb2 were generated with and < 7 (checked at build
+# time against the modules copied, toolkit/build/grpc_modules.py); health-checking 1.82+ needs
+# protobuf 7.
+GRPC: tuple[RuntimeRequirement, ...] = (
+    RuntimeRequirement("grpcio>=1.81.1", ("grpc",)),
+    RuntimeRequirement("grpcio-health-checking>=1.81.1,<1.82", ("grpc_health",)),
+    RuntimeRequirement("protobuf>=6.33.5,<7", ("google.protobuf",)),
+)
+PROTOCOLS = ("http", "grpc")
 
 # AWS Lambda (handlers.entrypoints.aws_lambda). awslambdaric is the Lambda runtime interface
 # client: the AWS base images carry their own, any other base image gets this one as entrypoint.
@@ -115,10 +130,12 @@ CUDA_LINES: dict[int, CudaLine] = {
 }
 DEFAULT_CUDA_MAJOR = 12
 
-# Distributions and modules the runtime must never carry (build-time side, cloud SDKs).
+# Distributions and modules the runtime must never carry (build-time side, cloud SDKs). Only
+# gRPC images carry protobuf (GRPC), and `google.protobuf` is the one `google` module allowed.
 FORBIDDEN_DISTRIBUTIONS = frozenset(
     {"triton-serverless-toolkit", "protobuf", "onnx", "jinja2", "boto3", "botocore", "tritonclient"}
 )
+GRPC_ALLOWED_DISTRIBUTIONS = frozenset({"protobuf"})
 FORBIDDEN_IMPORTS = frozenset({"toolkit", "google", "onnx", "jinja2", "boto3", "botocore", "tritonclient"})
 
 
@@ -129,6 +146,14 @@ class RuntimeSet:
     resolved: tuple[RuntimeRequirement, ...]  # installed with their dependencies
     no_deps: tuple[RuntimeRequirement, ...]  # installed alone
     cuda: CudaLine | None = None
+    protocol: str = "http"  # "grpc": the image serves gRPC (GRPC requirements, generated modules)
+
+    @property
+    def forbidden_distributions(self) -> frozenset[str]:
+        """What this image must not carry (FORBIDDEN_DISTRIBUTIONS; protobuf is allowed for gRPC)."""
+        if self.protocol == "grpc":
+            return FORBIDDEN_DISTRIBUTIONS - GRPC_ALLOWED_DISTRIBUTIONS
+        return FORBIDDEN_DISTRIBUTIONS
 
 
 def _onnxruntime(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
@@ -152,13 +177,19 @@ def runtime_requirements(
     runtime_client: bool,
     gpu_cuda: int | None,
     backends: Iterable[str] = DEFAULT_BACKENDS,
+    protocol: str = "http",
 ) -> RuntimeSet:
     """The requirements of an image: `server` (uvicorn), `aws_lambda` (Mangum), `runtime_client`
     (awslambdaric, for non-AWS base images), `gpu_cuda` (CUDA major of a GPU image, else CPU),
-    `backends` (the backends of its models: each adds its framework, BACKEND_RUNTIME)."""
+    `backends` (the backends of its models: each adds its framework, BACKEND_RUNTIME),
+    `protocol` ("grpc" adds grpcio, its health service and protobuf)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r} (choose {' or '.join(PROTOCOLS)})")
     resolved: list[RuntimeRequirement] = list(CORE)
     if server:
         resolved.extend(SERVER)
+    if protocol == "grpc":
+        resolved.extend(GRPC)
     if aws_lambda:
         resolved.extend(LAMBDA)
         if runtime_client:
@@ -175,10 +206,10 @@ def runtime_requirements(
         for requirement in BACKEND_RUNTIME.get(backend, lambda _: ())(cuda):
             if requirement not in no_deps:
                 no_deps.append(requirement)
-    return RuntimeSet(tuple(resolved), tuple(no_deps), cuda)
+    return RuntimeSet(tuple(resolved), tuple(no_deps), cuda, protocol)
 
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
     return frozenset(module for requirement in every for module in requirement.imports)

@@ -2,7 +2,10 @@
 
 Every `import` statement of every module (also those inside functions, which run later) is read
 with `ast`. Allowed: the standard library, `handlers` itself (and relative imports), and the
-modules of the declared runtime dependencies (runtime_deps.py). Anything else would fail in the
+modules of the declared runtime dependencies (runtime_deps.py), matched by their dotted name
+(`google.protobuf` is allowed while the rest of `google` is forbidden). The gRPC package
+(handlers/protocol/grpc) ships in every image but is imported only by gRPC images, which carry its
+dependencies. Anything else would fail in the
 image with ModuleNotFoundError, so it is refused at build time, naming the file and line.
 """
 
@@ -39,6 +42,16 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
+def _declared(module: str, allowed: set[str] | frozenset[str]) -> str:
+    """The allowed name that covers `module` (itself or a parent package), or ""."""
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        name = ".".join(parts[:end])
+        if name in allowed:
+            return name
+    return ""
+
+
 def check_runtime_imports(package_dir: Path) -> list[ImportProblem]:
     """Problems in the `handlers` package at `package_dir` (empty when it can ship)."""
     allowed = allowed_runtime_imports() | set(sys.stdlib_module_names) | {RUNTIME_PACKAGE, "__future__"}
@@ -51,11 +64,13 @@ def check_runtime_imports(package_dir: Path) -> list[ImportProblem]:
             continue
         for line, module in _imported_modules(tree):
             top = module.split(".", 1)[0]
+            if _declared(module, allowed) and "." in _declared(module, allowed):
+                continue  # a dotted allowance (google.protobuf) inside a forbidden namespace
             if top in FORBIDDEN_IMPORTS:
                 problems.append(
                     ImportProblem(path, line, module, "the runtime must never import the build-time side or its libraries")
                 )
-            elif top not in allowed:
+            elif not _declared(module, allowed):
                 problems.append(
                     ImportProblem(
                         path, line, module, "not the standard library and not a declared runtime dependency "

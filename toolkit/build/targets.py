@@ -5,14 +5,23 @@
   interface client, any other base image gets `awslambdaric` as entrypoint. CPU only (Lambda has
   no GPU), x86_64 or arm64, at most 10 GB uncompressed. Lambda runs the image as an arbitrary
   non-root user on a read-only file system where only /tmp is writable.
-- cloudrun: Google Cloud Run service. uvicorn on $PORT (`python -m handlers.entrypoints.container`);
-  linux/amd64 only; GPU services run on NVIDIA L4 (driver 535, CUDA 12).
+- cloudrun: Google Cloud Run service. uvicorn on $PORT (`python -m handlers.entrypoints.container`),
+  or with `--protocol grpc` the gRPC service on $PORT (h2c); linux/amd64 only; GPU services run on
+  NVIDIA L4 (driver 535, CUDA 12).
 - knative: any Knative Serving cluster; same image as cloudrun, amd64 or arm64.
+
+Where python models' instances run (`TOOLKIT_PYTHON_INSTANCE_MODE`, baked into the image): Cloud
+Run and Knative send a container many requests at once (Cloud Run: up to 80 by default), so every
+instance runs in a model process of its own and a model that crashes fails only its own batch;
+Lambda sends one request per execution environment, so `auto` keeps single-instance models
+in-process, where they start faster (docs/python-backend.md, docs/cold-start.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from handlers.backends.python import AUTO, PROCESS
 
 DEFAULT_PYTHON_BASE = "python:3.12-slim-bookworm"
 LAMBDA_BASE = "public.ecr.aws/lambda/python:3.12"
@@ -38,6 +47,7 @@ class Target:
     request_limit_bytes: int | None = None
     request_limit_note: str = ""
     one_request_per_instance: bool = False
+    python_instance_mode: str = PROCESS  # TOOLKIT_PYTHON_INSTANCE_MODE in the image
 
 
 TARGETS: dict[str, Target] = {
@@ -51,6 +61,7 @@ TARGETS: dict[str, Target] = {
         request_limit_bytes=LAMBDA_PAYLOAD_BYTES,
         request_limit_note="AWS Lambda's 6 MB synchronous payload limit",
         one_request_per_instance=True,
+        python_instance_mode=AUTO,  # one request per environment: nothing in flight to protect
     ),
     "cloudrun": Target(
         name="cloudrun",

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from .base_image import BaseImage
 from .errors import BuildError
-from .runtime_deps import FORBIDDEN_DISTRIBUTIONS, RuntimeSet
+from .runtime_deps import RuntimeSet
 
 LOCK_FILENAME = "wheelhouse.json"
 REQUIREMENTS_FILENAME = "requirements.txt"
@@ -340,7 +340,7 @@ def _download(
             f"the requirements of {owners} pull in {', '.join(pulled)}: the image's ONNX Runtime is chosen by "
             "toolkit build (onnxruntime on CPU, onnxruntime-gpu for GPU images); remove it from requirements.txt"
         )
-    forbidden = sorted(resolved & FORBIDDEN_DISTRIBUTIONS)
+    forbidden = sorted(resolved & runtime.forbidden_distributions)
     if forbidden and not model_requirements:
         raise BuildError(f"the runtime's dependencies unexpectedly bring {', '.join(forbidden)} (toolkit/build/runtime_deps.py)")
 

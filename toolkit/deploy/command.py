@@ -68,6 +68,8 @@ class DeployRequest:
     # knative
     namespace: str | None = None
     context: str | None = None
+    # cloudrun / knative: what the image serves on its port (None: http)
+    protocol: str | None = None
 
 
 @dataclass
@@ -90,6 +92,13 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 def check_target_options(request: DeployRequest) -> None:
     if request.target not in TARGETS:
         raise DeployOptionError(f"unknown target '{request.target}': choose one of {', '.join(TARGETS)}")
+    if request.protocol not in (None, "http", "grpc"):
+        raise DeployOptionError(f"--protocol {request.protocol}: choose http or grpc")
+    if request.target == "lambda" and request.protocol == "grpc":
+        raise DeployOptionError(
+            "AWS Lambda has no gRPC: deploy with --protocol http and drive the function with gRPC clients through "
+            "`toolkit proxy URL --grpc-port 8001`"
+        )
     allowed = {
         "lambda": set(LAMBDA_ONLY),
         "cloudrun": set(SERVICE_ONLY) | set(CLOUDRUN_ONLY) | {"gpu_zonal_redundancy", "startup_cpu_boost"},
@@ -180,6 +189,7 @@ def run_deploy(request: DeployRequest, ui: DeployUI) -> DeployOutcome:
         startup_cpu_boost=request.startup_cpu_boost if request.startup_cpu_boost is not None else True,
         gpu_zonal_redundancy=request.gpu_zonal_redundancy if request.gpu_zonal_redundancy is not None else True,
         service_account=request.service_account, environment=environment, namespace=request.namespace,
+        protocol=request.protocol or "http",
     )
     if request.target == "cloudrun":
         from .cloudrun.deploy import CloudRunDeployOptions, deploy_cloudrun, plan_cloudrun, plan_lines
@@ -207,7 +217,8 @@ def run_deploy(request: DeployRequest, ui: DeployUI) -> DeployOutcome:
         ("service", f"{settings.name} in {settings.namespace or 'the current namespace'}: kubectl apply -f knative-service.yaml"),
         ("resources", f"{settings.cpu} vCPU, {settings.memory}" + (", 1 nvidia.com/gpu" if settings.gpu else "")),
         ("concurrency", f"{settings.concurrency} requests per pod"),
-        ("readiness", f"GET /v2/health/ready; progress deadline {settings.progress_deadline_s} s"),
+        ("readiness", ("gRPC health check (port h2c)" if settings.protocol == "grpc" else "GET /v2/health/ready")
+         + f"; progress deadline {settings.progress_deadline_s} s"),
         *[("sizing", note) for note in settings.notes],
     ]
     return DeployOutcome(deploy_knative(options_k, compiled, ui), lines, output)

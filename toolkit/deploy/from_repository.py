@@ -24,14 +24,19 @@ def compile_for_deploy(repository: str, models: list[str] | None, device: str) -
     return compiled
 
 
-def build_image(repository: str, target: str, models: list[str] | None, platform: str, device: str, ui: DeployUI) -> str:
+def build_image(
+    repository: str, target: str, models: list[str] | None, platform: str, device: str, ui: DeployUI, protocol: str = "http"
+) -> str:
     """Build the image with `toolkit build` (a container engine is needed); its local reference."""
     from ..build import BuildError, BuildOptions, run_build
 
     ui.step(f"building the {target} image of {repository} (toolkit build)")
     try:
         result = run_build(
-            BuildOptions(repository=repository, target=target, models=models, platform=platform, device=device), ui
+            BuildOptions(
+                repository=repository, target=target, models=models, platform=platform, device=device, protocol=protocol
+            ),
+            ui,
         )
     except BuildError as exc:
         raise DeployError(f"toolkit build failed: {exc.message}", detail=exc.detail) from None

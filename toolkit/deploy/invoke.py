@@ -102,3 +102,79 @@ def invoke(
     if answer.status != 200:
         raise DeployError(f"inference failed with HTTP {answer.status}: {answer.error_message()}")
     return decode_response(answer.body, answer.headers)
+
+
+def grpc_target(url: str) -> tuple[str, bool]:
+    """(host:port, TLS) of a gRPC service URL: https -> TLS on 443 unless a port is given."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DeployOptionError(f"invalid URL '{url}': expected http(s)://HOST[:PORT]")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}", tls
+
+
+def invoke_grpc(
+    url: str,
+    signer: Signer,
+    model: str,
+    inputs: list[tuple[str, Path]],
+    *,
+    version: str | None = None,
+    outputs: list[str] | None = None,
+    request_id: str | None = None,
+    timeout_s: float = 300.0,
+) -> InferResult:
+    """One inference against a gRPC service (`toolkit build --protocol grpc`) with tritonclient.grpc;
+    the signer's credentials (a Google ID token) travel in the call's metadata."""
+    from .signing import SigV4Signer
+
+    if isinstance(signer, SigV4Signer):
+        raise DeployOptionError("AWS Lambda has no gRPC: invoke it with --protocol http (the default)")
+    try:
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+    except ImportError:
+        raise DeployError("toolkit invoke --protocol grpc needs grpcio: pip install 'triton-serverless-toolkit[grpc]'") from None
+    target, tls = grpc_target(url)
+    headers = {k.lower(): v for k, v in signer.sign("POST", url, {}, b"").items()}
+    client = grpcclient.InferenceServerClient(target, ssl=tls)
+    try:
+        try:
+            metadata = client.get_model_metadata(model, version or "", headers=headers, as_json=True, client_timeout=timeout_s)
+        except InferenceServerException as exc:
+            raise DeployError(f"ModelMetadata of {model} failed ({exc.status()}): {exc.message()}") from None
+        for key in ("inputs", "outputs"):
+            for tensor in metadata.get(key, []):
+                tensor["shape"] = [int(d) for d in tensor.get("shape", [])]
+        tensors = [load_input(name, path, metadata) for name, path in inputs]
+        grpc_inputs = []
+        for tensor in tensors:
+            grpc_input = grpcclient.InferInput(tensor.name, list(tensor.array.shape), tensor.datatype)
+            grpc_input.set_data_from_numpy(tensor.array)
+            grpc_inputs.append(grpc_input)
+        requested = [grpcclient.InferRequestedOutput(name) for name in outputs or []] or None
+        try:
+            result = client.infer(
+                model, grpc_inputs, model_version=version or "", outputs=requested, request_id=request_id or "",
+                headers=headers, client_timeout=timeout_s,
+            )
+        except InferenceServerException as exc:
+            raise DeployError(f"inference failed with {exc.status()}: {exc.message()}") from None
+    finally:
+        client.close()
+    response = result.get_response(as_json=True)
+    document: dict[str, Any] = {}
+    if response.get("id"):
+        document["id"] = response["id"]
+    document["model_name"] = response.get("model_name", model)
+    document["model_version"] = response.get("model_version", "")
+    document["outputs"] = [
+        {"name": o["name"], "datatype": o["datatype"], "shape": [int(d) for d in o.get("shape", [])]}
+        for o in response.get("outputs", [])
+    ]
+    arrays = {o["name"]: result.as_numpy(o["name"]) for o in document["outputs"]}
+    return InferResult(document, arrays)

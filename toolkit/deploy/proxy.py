@@ -8,17 +8,26 @@ forwards to the private deployment over HTTPS, then relays the answer unchanged:
 It listens on 127.0.0.1 by default: anyone who can reach it calls the deployment with your
 credentials. HTTP/1.1 keep-alive on both sides; a thread per client connection; a pool of
 upstream connections.
+
+An upstream that is a Lambda Invoke API endpoint (`.../2015-03-31/functions/NAME/invocations`:
+AWS's Runtime Interface Emulator, `sam local start-lambda`) is driven as a Function URL would
+drive the function: each request becomes a Function URL event (payload format 2.0,
+function_url.py), is POSTed to that endpoint, and the function's answer becomes the HTTP
+response. A loopback one is one local execution environment: requests go one at a time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 from urllib.parse import urlsplit
 
 from .errors import DeployError
+from .function_url import http_response, is_function_error, request_event
 from .signing import Signer
 
 HOP_BY_HOP = frozenset({
@@ -28,6 +37,13 @@ HOP_BY_HOP = frozenset({
 # Client credentials are never forwarded: the proxy's signature replaces them.
 CLIENT_AUTH = frozenset({"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"})
 MAX_BODY_BYTES = 256 * 1024 * 1024
+LAMBDA_INVOKE_PATH = re.compile(r"/2015-03-31/functions/[^/]+/invocations$")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def is_lambda_invoke_url(url: str) -> bool:
+    """Whether `url` is a Lambda Invoke API endpoint (the proxy then sends Function URL events)."""
+    return bool(LAMBDA_INVOKE_PATH.search(urlsplit(url).path))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -84,6 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {
             k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP and k.lower() not in CLIENT_AUTH
         }
+        if self.server.lambda_invoke:
+            self._invoke(headers, body)
+            return
         url = self.server.upstream + self.path
         try:
             signed = self.server.signer.sign(self.command, url, headers, body)
@@ -105,6 +124,41 @@ class _Handler(BaseHTTPRequestHandler):
         relayed = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
         self._reply(response.status, relayed, data)
 
+    def _invoke(self, headers: dict[str, str], body: bytes) -> None:
+        """One request as a Function URL event through the Lambda Invoke API endpoint."""
+        import urllib3
+
+        host = self.headers.get("Host") or "localhost"
+        event = request_event(self.command, self.path, headers, body, host=host, source_ip=self.client_address[0])
+        payload = json.dumps(event).encode()
+        url = self.server.upstream
+        try:
+            signed = self.server.signer.sign("POST", url, {"Content-Type": "application/json"}, payload)
+        except DeployError as exc:
+            self._error(502, f"cannot sign the request: {exc.message}")
+            return
+        try:
+            with self.server.invoke_lock:
+                response = self.server.pool.request(
+                    "POST", url, body=payload, headers=signed, preload_content=False, redirect=False, retries=False,
+                )
+                data = response.read()
+                response.release_conn()
+        except urllib3.exceptions.HTTPError as exc:
+            self._error(502, f"cannot reach the Lambda Invoke API at {url}: {exc}")
+            return
+        function_error = response.headers.get("X-Amz-Function-Error")
+        if response.status != 200:
+            if not is_function_error(data):  # the Invoke API refused: no answer of the function
+                text = data.decode(errors="replace").strip()[:1000]
+                self._error(502, f"the Lambda Invoke API answered {response.status}: {text or 'no body'}")
+                return
+            function_error = function_error or "Unhandled"  # the RIE's 502 for a failed init or runtime
+        with self.server.lock:
+            self.server.forwarded += 1
+        answer = http_response(data, function_error)
+        self._reply(answer.status, [(k, v) for k, v in answer.headers if k.lower() not in HOP_BY_HOP], answer.body)
+
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _forward  # noqa: N815
 
 
@@ -122,6 +176,12 @@ class _ProxyServer(ThreadingHTTPServer):
         self.log = log
         self.lock = threading.Lock()
         self.forwarded = 0
+        self.lambda_invoke = is_lambda_invoke_url(upstream)
+        # A local emulator is one execution environment: one invocation at a time (as Lambda).
+        local = (urlsplit(upstream).hostname or "") in LOOPBACK_HOSTS
+        self.invoke_lock: threading.Lock | contextlib.nullcontext = (
+            threading.Lock() if self.lambda_invoke and local else contextlib.nullcontext()
+        )
         self.pool = urllib3.PoolManager(maxsize=64, block=False, timeout=urllib3.Timeout(connect=30.0, read=timeout_s))
 
 

@@ -15,6 +15,10 @@ Cloud Run, checks it against Cloud Run's documented rules before any API call:
 - Startup probe (.../configuring/healthchecks): failureThreshold x periodSeconds may not exceed
   240 s; GPU services are documented with up to 1800 s (30 min), for large models.
 - Names (gcloud's check): lowercase letters, digits and dashes, no dash at either end, 63 at most.
+- Protocol (.../configuring/http2, .../configuring/healthchecks): an image built with
+  `--protocol grpc` serves gRPC on the container port, which is declared `h2c` so HTTP/2 goes end to
+  end (Knative: the port name h2c too); its startup and liveness probes are `grpc` probes of the
+  standard health service, whose overall status ("") turns SERVING once every model is ready.
 
 Knative clusters have none of the Cloud Run rules; their Service gets plain Kubernetes resources.
 """
@@ -81,6 +85,7 @@ class ServiceOverrides:
     environment: dict[str, str] = field(default_factory=dict)
     region: str | None = None  # Cloud Run: the `cloud.googleapis.com/location` label
     namespace: str | None = None  # Knative: the Kubernetes namespace
+    protocol: str = "http"  # what the image serves on its port: "http" or "grpc" (h2c, gRPC probes)
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,12 @@ class ServiceSettings:
     region: str | None
     namespace: str | None
     notes: tuple[str, ...] = ()  # how the defaults were chosen, printed in the plan
+    protocol: str = "http"
+
+    @property
+    def port_name(self) -> str:
+        """Cloud Run's port name: `h2c` carries HTTP/2 (gRPC) end to end, `http1` HTTP/1."""
+        return "h2c" if self.protocol == "grpc" else "http1"
 
     @property
     def memory(self) -> str:
@@ -217,6 +228,8 @@ def service_settings(
     if target not in ("cloudrun", "knative"):
         raise DeployOptionError(f"unknown service target '{target}'")
     o = overrides or ServiceOverrides()
+    if o.protocol not in ("http", "grpc"):
+        raise DeployOptionError(f"--protocol {o.protocol}: choose http or grpc")
     check_service_name(name)
     models = footprints(compiled) if compiled is not None else []
     notes: list[str] = []
@@ -324,4 +337,5 @@ def service_settings(
         region=o.region,
         namespace=o.namespace,
         notes=tuple(notes),
+        protocol=o.protocol,
     )

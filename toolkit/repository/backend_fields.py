@@ -33,17 +33,6 @@ PYTORCH_BACKEND = "pytorch"
 PYTORCH_PLATFORM = "pytorch_libtorch"
 PYTORCH_FILENAME = "model.pt"
 
-# Backend implied by a platform name (Triton's GetBackendTypeFromPlatform).
-PLATFORM_BACKENDS = {
-    TF_GRAPHDEF_PLATFORM: TENSORFLOW_BACKEND,
-    TF_SAVEDMODEL_PLATFORM: TENSORFLOW_BACKEND,
-    TENSORRT_PLATFORM: TENSORRT_BACKEND,
-    ONNXRUNTIME_PLATFORM: ONNXRUNTIME_BACKEND,
-    PYTORCH_PLATFORM: PYTORCH_BACKEND,
-}
-KNOWN_BACKENDS = {TENSORFLOW_BACKEND, TENSORRT_BACKEND, ONNXRUNTIME_BACKEND, PYTORCH_BACKEND}
-
-
 def _first_version_dir(model_path: Path) -> Path | None:
     subdirs = sorted(p.name for p in model_path.iterdir() if p.is_dir())
     return model_path / subdirs[0] if subdirs else None

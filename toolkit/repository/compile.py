@@ -22,20 +22,24 @@ load stage (a failure makes the model UNAVAILABLE)
 from __future__ import annotations
 
 import ast
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from google.protobuf.message import Message
 
-from .. import __version__
 from . import onnx_autocomplete
 from .backend_fields import ENSEMBLE_PLATFORM, ONNXRUNTIME_BACKEND, PYTHON_BACKEND, autocomplete_backend_fields
+from .compiled import (  # the compiler's results, importable from here too
+    AUTOCOMPLETE_HOST,
+    AUTOCOMPLETE_IMAGE,
+    MANIFEST_FILENAME,
+    MANIFEST_FORMAT,
+    CompiledModel,
+    CompiledRepository,
+)
 from .discover import ModelDirectory, find_model_file, list_models, missing_specific_versions, select_versions
 from .ensemble import resolve_ensembles
 from .errors import (
-    CODE_INTERNAL,
     STAGE_CONFIG,
     STAGE_ENSEMBLE,
     STAGE_LOAD,
@@ -46,82 +50,27 @@ from .errors import (
 from .model_config import ModelConfig, read_config_file, to_triton_json
 from .normalize import Device, NormalizeReport, normalize_instance_groups, normalize_model_config
 from .support import SUPPORTED_BACKENDS, check_supported
-from .validate import validate_instance_groups, validate_model_config, validate_model_io_config
+from .validate import (
+    check_label_files,
+    duplicate_tensor_warnings,
+    validate_instance_groups,
+    validate_model_config,
+    validate_model_io_config,
+)
 from .warmup import validate_warmup
 
-MANIFEST_FORMAT = 1
-MANIFEST_FILENAME = "models.json"
-# Where python models' auto_complete_config runs (compile_repository's `python_autocomplete`):
-# here only, or here and, for models whose dependencies are not installed here, in the image build.
-AUTOCOMPLETE_HOST = "host"
-AUTOCOMPLETE_IMAGE = "image"
-
-
-@dataclass
-class CompiledModel:
-    """One model, ready to serve: Triton's completed config plus what the runtime must load."""
-
-    name: str
-    path: Path
-    config: dict[str, Any]
-    versions: list[int]
-    model_files: dict[int, str]  # version -> path relative to the model directory
-    warnings: list[str] = field(default_factory=list)
-    # "image": auto_complete_config could not run here (a dependency is missing) and runs in the
-    # image build (handlers/backends/python/complete.py); `config` is the config it receives.
-    autocomplete: str | None = None
-    autocomplete_reason: str | None = None
-
-    @property
-    def backend(self) -> str:
-        return self.config.get("backend") or self.config.get("platform", "")
-
-    def manifest_entry(self, root: Path) -> dict[str, Any]:
-        entry = {
-            "name": self.name,
-            "path": self.path.relative_to(root).as_posix() if self.path.is_relative_to(root) else str(self.path),
-            "versions": self.versions,
-            "model_files": {str(v): f for v, f in self.model_files.items()},
-            "config": self.config,
-        }
-        if self.autocomplete is not None:
-            entry["autocomplete"] = self.autocomplete
-        return entry
-
-
-@dataclass
-class CompiledRepository:
-    root: Path
-    device: Device
-    models: dict[str, CompiledModel] = field(default_factory=dict)
-    failures: dict[str, ModelError] = field(default_factory=dict)
-    selected: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def failure_lines(self) -> list[str]:
-        """One line per failed model, by name: `name: location: message`."""
-        lines = []
-        for name in sorted(self.failures):
-            error = self.failures[name]
-            where = f"{error.location}: " if error.location else ""
-            lines.append(f"{name}: {where}{error.message}")
-        return lines
-
-    def manifest(self) -> dict[str, Any]:
-        """The JSON document the runtime (handlers/) reads; it never sees protobuf."""
-        return {
-            "format": MANIFEST_FORMAT,
-            "toolkit_version": __version__,
-            "device": str(self.device),
-            "models": [self.models[n].manifest_entry(self.root) for n in sorted(self.models)],
-        }
-
-    def write_manifest(self, path: Path) -> Path:
-        path.write_text(json.dumps(self.manifest(), indent=2) + "\n")
-        return path
+__all__ = [
+    "AUTOCOMPLETE_HOST",
+    "AUTOCOMPLETE_IMAGE",
+    "MANIFEST_FILENAME",
+    "MANIFEST_FORMAT",
+    "CompiledModel",
+    "CompiledRepository",
+    "compile_model",
+    "compile_repository",
+    "load_model",
+    "read_model_config",
+]
 
 
 # --- errors: position and stage -------------------------------------------------------------------
@@ -379,7 +328,7 @@ def _load_backend_model(
     # checked there (handlers/backends/python/complete.py), after auto_complete_config.
     if deferred is None:
         validate_model_io_config(config)
-        _check_label_files(model, config)
+        check_label_files(config, model.path)
 
     if servable and not model_files:
         find_files()  # the instances load the model file
@@ -391,7 +340,7 @@ def _load_backend_model(
 
     if deferred is None:
         validate_warmup(config, model.path, warnings)
-        _warn_duplicate_tensors(config, warnings)
+        warnings.extend(duplicate_tensor_warnings(config))
     check_supported(config)
 
     return CompiledModel(
@@ -404,40 +353,6 @@ def _load_backend_model(
         autocomplete=AUTOCOMPLETE_IMAGE if deferred else None,
         autocomplete_reason=deferred,
     )
-
-
-def _check_label_files(model: ModelDirectory, config: Message) -> None:
-    for output in config.output:
-        if output.label_filename:
-            # Triton's JoinPath appends even an absolute name to the model directory
-            label_path = model.path.absolute() / output.label_filename.lstrip("/")
-            if not label_path.resolve().is_relative_to(model.path.resolve()):
-                raise ModelError(
-                    f"label_filename '{output.label_filename}' of output '{output.name}' resolves to "
-                    f"'{label_path.resolve()}', outside the model directory",
-                    hint=f'"{output.label_filename}"',
-                    detail="label files must stay inside the model directory (the runtime refuses others)",
-                )
-            if not label_path.is_file():
-                raise ModelError(
-                    f"failed to open text file for read {label_path}: No such file or directory",
-                    hint=f'"{output.label_filename}"',
-                    code=CODE_INTERNAL,
-                    detail=f"label_filename of output '{output.name}' is relative to the model directory",
-                )
-
-
-def _warn_duplicate_tensors(config: Message, warnings: list[str]) -> None:
-    """tritonserver accepts two inputs (or outputs) with the same name; requests see the first."""
-    for kind, ios in (("input", config.input), ("output", config.output)):
-        seen: set[str] = set()
-        for io in ios:
-            if io.name in seen:
-                warnings.append(
-                    f"model '{config.name}' declares {kind} '{io.name}' more than once: tritonserver accepts "
-                    "it and checks requests against the first declaration; so does this runtime"
-                )
-            seen.add(io.name)
 
 
 def compile_model(model: ModelDirectory, device: Device, auto_complete: bool = True) -> CompiledModel:

@@ -17,25 +17,23 @@ tritonserver 2.51's (tests/oracle).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from google.protobuf.message import Message
 
+from handlers.config.ensemble import validate_ensemble_config as _validate_ensemble_config
+from handlers.config.errors import ConfigError
+
+from .compiled import CompiledModel, CompiledRepository
 from .errors import STAGE_ENSEMBLE, ModelError, UnsupportedModelError
 from .model_config import to_triton_json
 
-if TYPE_CHECKING:
-    from .compile import CompiledModel, CompiledRepository
-
 
 def validate_ensemble_config(ensemble: dict[str, Any], composing: dict[str, dict[str, Any]]) -> None:
-    """ValidateEnsembleConfig over completed (Triton JSON) configs: the runtime's implementation
-    (handlers/backends/python/ensemble_consistency.py, which the image build also runs)."""
-    from handlers.backends.python.config_update import ConfigError
-    from handlers.backends.python.ensemble_consistency import validate_ensemble_config as validate
-
+    """ValidateEnsembleConfig over completed (Triton JSON) configs: the rule's one implementation
+    (handlers/config/ensemble.py, which the image build also runs)."""
     try:
-        validate(ensemble, composing)
+        _validate_ensemble_config(ensemble, composing)
     except ConfigError as exc:
         raise ModelError(exc.message, hint=exc.hint) from None
 
@@ -54,10 +52,10 @@ def _fail(name: str, message: str, cls: type[ModelError] = ModelError, about: st
 
 
 def resolve_ensembles(
-    result: "CompiledRepository",
+    result: CompiledRepository,
     ensembles: dict[str, Message],
     accepted: set[str],
-    load: Callable[[str, list[str]], "CompiledModel"],
+    load: Callable[[str, list[str]], CompiledModel],
 ) -> None:
     """Resolve the ensembles whose config was accepted (`ensembles`), given the models whose
     config was accepted (`accepted`) and the load results of the others in `result`; `load`
@@ -137,7 +135,7 @@ def resolve_ensembles(
             ]
             policy.decoupled = bool(decoupled)
             if decoupled:  # this product does not stream through ensembles
-                from handlers.backends.python.config_checks import decoupled_ensemble_message
+                from handlers.config.support import decoupled_ensemble_message
 
                 status[name] = result.failures[name] = UnsupportedModelError(
                     decoupled_ensemble_message(name, decoupled), model=name
@@ -154,7 +152,7 @@ def resolve_ensembles(
 
 
 def _check_upstreams(
-    name: str, steps: list[tuple[str, int]], status: dict[str, ModelError | None], result: "CompiledRepository"
+    name: str, steps: list[tuple[str, int]], status: dict[str, ModelError | None], result: CompiledRepository
 ) -> ModelError | None:
     """CheckNode: the composing models' state, in step order."""
     required: dict[str, list[int]] = {}

@@ -16,13 +16,13 @@ line and column where one is known.
 
 from __future__ import annotations
 
+# Triton's Status::CodeString() for the codes its load errors use: the config rules' own.
+from handlers.config.errors import CODE_INTERNAL as CODE_INTERNAL
+from handlers.config.errors import CODE_INVALID_ARG as CODE_INVALID_ARG
+
 STAGE_CONFIG = "config"
 STAGE_LOAD = "load"
 STAGE_ENSEMBLE = "ensemble"
-
-# Triton's Status::CodeString() for the codes its load errors use.
-CODE_INVALID_ARG = "Invalid argument"
-CODE_INTERNAL = "Internal"
 
 
 class RepositoryError(Exception):

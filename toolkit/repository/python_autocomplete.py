@@ -31,6 +31,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from handlers.backends.python import config_update
+from handlers.config.errors import ConfigError
 from handlers.backends.python.autocomplete_process import DEFAULT_TIMEOUT_S, AutoCompleteFailure, run_auto_complete
 
 from .errors import CODE_INTERNAL, ModelError
@@ -98,7 +99,7 @@ def update_model_config(config: Message, returned: dict) -> None:
     name = config.name
     try:
         updated = config_update.update_model_config(to_triton_json(config), returned)
-    except config_update.ConfigError as exc:
+    except ConfigError as exc:
         raise ModelError(exc.message, model=name, code=exc.code, detail=exc.detail) from None
     completed = ModelConfig()
     try:

@@ -1,6 +1,11 @@
 """Valid Triton configs that this product deliberately does not serve, each with the reason and
 the way forward. Checked after Triton's own checks pass, so an invalid config still gets
 Triton's message first.
+
+The backend is checked here (which backends the runtime has is the build's knowledge, with
+advice on converting the others); the features this product refuses in any config (sequence
+batching, decoupled models other than Python ones, decoupled ensembles, conda-pack environments)
+are handlers/config/support.py's, which the image build's completion step runs too.
 """
 
 from __future__ import annotations
@@ -8,10 +13,10 @@ from __future__ import annotations
 from google.protobuf.message import Message
 
 from handlers.backends import BACKEND_MODULES
-from handlers.backends.python.config_checks import decoupled_ensemble_message
 
-from .backend_fields import ENSEMBLE_PLATFORM, PYTHON_BACKEND
+from .backend_fields import ENSEMBLE_PLATFORM
 from .errors import UnsupportedModelError
+from .validate import check_supported_features
 
 # The backends the runtime has a module for (handlers/backends/__init__.py).
 SUPPORTED_BACKENDS = tuple(BACKEND_MODULES)
@@ -43,26 +48,4 @@ def check_supported(config: Message) -> None:
             f"supported are {', '.join('backend ' + b for b in SUPPORTED_BACKENDS)} and platform ensemble; {advice}",
             model=name,
         )
-    if config.HasField("sequence_batching"):
-        raise UnsupportedModelError(
-            f"model '{name}' uses sequence_batching: stateful models need every request of a sequence "
-            "routed to the same instance (sticky routing), which serverless platforms do not provide; "
-            "keep the state in the client or an external store and use dynamic_batching",
-            model=name,
-        )
-    if config.model_transaction_policy.decoupled:
-        if is_ensemble:
-            raise UnsupportedModelError(decoupled_ensemble_message(name), model=name)
-        if config.backend != PYTHON_BACKEND:
-            raise UnsupportedModelError(
-                f"model '{name}' uses model_transaction_policy {{ decoupled: true }} with backend "
-                f"'{config.backend}': decoupled (streaming) models are served for backend \"python\" only",
-                model=name,
-            )
-    if "EXECUTION_ENV_PATH" in config.parameters:
-        raise UnsupportedModelError(
-            f"model '{name}' sets parameter EXECUTION_ENV_PATH (a conda-pack environment): list the "
-            "model's Python dependencies in a requirements.txt in the model directory instead; the "
-            "build installs them into the image",
-            model=name,
-        )
+    check_supported_features(config)

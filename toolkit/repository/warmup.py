@@ -33,12 +33,12 @@ from google.protobuf.message import Message
 # Triton's primitives and limits, shared with the image-side check of python models completed in
 # the build (handlers/backends/python/warmup_check.py): one definition of each.
 from handlers.backends.python.warmup_check import MAX_WARMUP_SAMPLE_BYTES, REQUEST_PREFIX, join_path
+from handlers.config.validate import element_count
 from handlers.warmup import WARMUP_FOLDER
 
 from .discover import within
 from .errors import CODE_INTERNAL, ModelError
-from .model_config import DataType
-from .validate import data_type_byte_size, element_count
+from .model_config import DataType, pb2
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
     "prepended to each input shape. If you want to specify the full shape including the batch dim in "
@@ -65,6 +65,19 @@ def first_instance_name(config: Message) -> str:
     """The name of the first model instance (the one whose warmup fails first): tritonserver 2.51
     names instance c of a group "<group name>_<c>", also when the group has one instance."""
     return f"{config.instance_group[0].name}_0"
+
+
+_BYTE_SIZES = {
+    pb2.TYPE_BOOL: 1, pb2.TYPE_UINT8: 1, pb2.TYPE_INT8: 1,
+    pb2.TYPE_UINT16: 2, pb2.TYPE_INT16: 2, pb2.TYPE_FP16: 2, pb2.TYPE_BF16: 2,
+    pb2.TYPE_UINT32: 4, pb2.TYPE_INT32: 4, pb2.TYPE_FP32: 4,
+    pb2.TYPE_UINT64: 8, pb2.TYPE_INT64: 8, pb2.TYPE_FP64: 8,
+}
+
+
+def data_type_byte_size(data_type: int) -> int:
+    """Bytes per element; 0 for TYPE_STRING (variable) and TYPE_INVALID."""
+    return _BYTE_SIZES.get(data_type, 0)
 
 
 def _input_byte_size(data_type: int, dims) -> int:

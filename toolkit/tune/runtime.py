@@ -48,9 +48,10 @@ class Server:
     """`toolkit serve REPO --device DEVICE` on a free local port."""
 
     def __init__(self, repo: Path, device: str, log: Path, ready_timeout: float = 300.0,
-                 cpus: int | None = None) -> None:
+                 cpus: int | None = None, env: dict[str, str] | None = None) -> None:
         """`cpus`: run the server on only that many of this machine's CPUs (its CPU affinity, as a
-        cpuset would; the runtime's CPU budget sees them), e.g. to stand in for Lambda vCPUs."""
+        cpuset would; the runtime's CPU budget sees them), e.g. to stand in for Lambda vCPUs.
+        `env`: added to the server's environment."""
         self.port = free_port()
         self.log = log
         command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--host", "127.0.0.1", "--port",
@@ -59,7 +60,7 @@ class Server:
         chosen = set(allowed[: max(1, cpus)]) if cpus is not None and cpus < len(allowed) else None
         with open(log, "w") as handle:
             self.process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT,
-                                            start_new_session=True, env=os.environ.copy(),
+                                            start_new_session=True, env={**os.environ, **(env or {})},
                                             preexec_fn=(lambda: os.sched_setaffinity(0, chosen)) if chosen else None)
         deadline = time.monotonic() + ready_timeout
         while not self._ready():

@@ -16,7 +16,10 @@ from pathlib import Path
 
 from google.protobuf.message import Message
 
+from handlers.backends.python import INSTANCE_MODE_ENV
+
 from .. import __version__
+from ..build.targets import TARGETS
 from ..repository.model_config import ModelConfig, from_triton_json, parse_config_text
 from . import frontier as frontier_module
 from . import load, pricing, space
@@ -126,7 +129,9 @@ def _measure(options: TuneOptions, candidate: space.Candidate, compiled: Message
     repo = candidate_repository(model_dir, config, work / f"candidate-{index}")
     found: list[Measurement] = []
     progress.step(f"measuring {candidate.label()}")
-    with Server(repo, options.device, work / f"candidate-{index}.log", cpus=candidate.cpus) as server:
+    # python models run where the target's image runs them (unless the environment says otherwise)
+    mode = {INSTANCE_MODE_ENV: os.environ.get(INSTANCE_MODE_ENV) or TARGETS[options.target].python_instance_mode}
+    with Server(repo, options.device, work / f"candidate-{index}.log", cpus=candidate.cpus, env=mode) as server:
         best_throughput = 0.0
         flat = 0
         for concurrency in _levels(options, candidate):

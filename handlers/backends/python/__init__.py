@@ -35,7 +35,9 @@ class PythonModelLoadError(Exception):
 
 def configured_mode(spec: Any) -> str:
     """TOOLKIT_PYTHON_INSTANCE_MODE from the model's config parameters, else the environment,
-    else `auto`."""
+    else `auto`. The product's entry points set the environment: `toolkit build` bakes the
+    target's mode into the image (Cloud Run, Knative: `process`; Lambda: `auto`) and `toolkit
+    serve` uses `process`; `auto` is left for the runtime used as a library."""
     parameter = spec.config.get("parameters", {}).get(INSTANCE_MODE_ENV)
     if isinstance(parameter, dict):
         parameter = parameter.get("string_value")
@@ -97,11 +99,14 @@ def _claim(spec: Any, version: int, force: bool) -> bool:
 def instance_mode(spec: Any, version: int) -> str:
     """Where this model version's instances run.
 
-    `process`: each instance in a model process of its own (Triton's layout). `inprocess`: inside
-    the serving process. `auto` (default): in-process when the version has exactly one instance
-    and its helper modules do not clash with another in-process model's, else processes: one
-    instance gains nothing from a process of its own but pays its start (docs/python-backend.md
-    has the measurements), while `count > 1` needs processes for parallel Python code.
+    `process`: each instance in a model process of its own (Triton's layout): a model that
+    crashes (`os._exit`, a segfault in an extension) fails only its own batch, and its process is
+    started again for the next one. `inprocess`: inside the serving process. `auto`: in-process
+    when the version has exactly one instance and its helper modules do not clash with another
+    in-process model's, else processes: one instance saves the process start (cold start;
+    docs/python-backend.md has the measurements), while `count > 1` needs processes for parallel
+    Python code. In-process, a crash takes the whole server down with every request in flight,
+    hence `auto` only where a server has one request at a time (AWS Lambda).
     """
     mode = configured_mode(spec)
     if mode == PROCESS:

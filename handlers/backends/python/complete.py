@@ -10,11 +10,11 @@ Python and packages. For each such model it
 1. runs auto_complete_config in a child process, as the compiler does (autocomplete_process.py);
 2. keeps what tritonserver keeps of the result and normalises it (config_update.py, the rules
    the compiler applies too);
-3. runs the checks the host had to leave out, in tritonserver's order and with its messages:
-   ValidateModelConfig / ValidateModelIOConfig of the completed config (config_checks.py), label
-   files, the warmup samples against the completed inputs (warmup_check.py, through the
-   runtime's own request validation), this product's support checks; then ValidateEnsembleConfig
-   for every ensemble that calls a completed model (ensemble_consistency.py);
+3. runs the checks the host had to leave out, in tritonserver's order and with its messages, with
+   the compiler's own code (handlers/config): ValidateModelConfig / ValidateModelIOConfig of the
+   completed config, label files, the warmup samples against the completed inputs
+   (warmup_check.py, through the runtime's own request validation), this product's support
+   checks; then ValidateEnsembleConfig for every ensemble that calls a completed model;
 
 and rewrites the manifest atomically with the completed configs, so the image ships complete
 JSON and the runtime never guesses. Any failure fails the image build: every failing model is
@@ -33,22 +33,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...config.ensemble import ENSEMBLE_PLATFORM, validate_ensemble_config
+from ...config.errors import ConfigError
+from ...config.support import check_supported, decoupled_ensemble_message
+from ...config.validate import (
+    check_label_files,
+    duplicate_tensor_warnings,
+    validate_model_config,
+    validate_model_io_config,
+)
 from ...manifest import MANIFEST_FORMAT, ModelSpec
 from .autocomplete_process import DEFAULT_TIMEOUT_S, AutoCompleteFailure, run_auto_complete
-from .config_checks import (
-    check_supported,
-    decoupled_ensemble_message,
-    duplicate_tensor_warnings,
-    validate_model_io_config,
-    validate_updated_config,
-)
-from .config_update import CODE_INTERNAL, ConfigError, update_model_config
-from .ensemble_consistency import validate_ensemble_config
+from .config_update import update_model_config
 from .warmup_check import check_warmup
 
 AUTOCOMPLETE_KEY = "autocomplete"
 IN_IMAGE = "image"
-ENSEMBLE_PLATFORM = "ensemble"
 REQUIREMENTS_FILENAME = "requirements.txt"
 
 
@@ -66,27 +66,6 @@ class Completion:
     completed: list[str] = field(default_factory=list)
     ensembles_checked: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-def _check_label_files(config: dict[str, Any], model_dir: Path) -> None:
-    """Model::Init's label files, as the compiler checks them."""
-    for output in config.get("output", []):
-        label = output.get("label_filename", "")
-        if not label:
-            continue
-        path = model_dir.absolute() / label.lstrip("/")  # Triton's JoinPath appends absolute names
-        if not path.resolve().is_relative_to(model_dir.resolve()):
-            raise ConfigError(
-                f"label_filename '{label}' of output '{output['name']}' resolves to '{path.resolve()}', outside the "
-                "model directory",
-                detail="label files must stay inside the model directory (the runtime refuses others)",
-            )
-        if not path.is_file():
-            raise ConfigError(
-                f"failed to open text file for read {path}: No such file or directory",
-                code=CODE_INTERNAL,
-                detail=f"label_filename of output '{output['name']}' is relative to the model directory",
-            )
 
 
 def _failure_text(exc: ConfigError | AutoCompleteFailure, model_dir: Path) -> str:
@@ -111,9 +90,9 @@ def complete_model(
     model_file = model_dir / entry["model_files"][str(version)]
     returned = run_auto_complete(entry["config"], model_file, model_dir, version, python=python, timeout=timeout)
     config = update_model_config(entry["config"], returned)
-    validate_updated_config(config)  # Model::Init: ValidateModelConfig, then ValidateModelIOConfig
+    validate_model_config(config)  # Model::Init: ValidateModelConfig, ValidateModelIOConfig, label files
     validate_model_io_config(config)
-    _check_label_files(config, model_dir)
+    check_label_files(config, model_dir)
     spec = ModelSpec(
         name=entry["name"],
         directory=model_dir,

@@ -36,26 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-CODE_INTERNAL = "Internal"
-CODE_INVALID_ARG = "Invalid argument"
-
-
-class ConfigError(Exception):
-    """A completed config Triton would refuse; `message` is Triton's where Triton has one,
-    `code` Triton's status code name, `detail` what we add."""
-
-    def __init__(
-        self, message: str, *, detail: str | None = None, code: str = CODE_INVALID_ARG, hint: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.detail = detail
-        self.code = code
-        self.hint = hint  # a token to find in config.pbtxt (the compiler points at its line)
-
-    def __str__(self) -> str:
-        return f"{self.message} ({self.detail})" if self.detail else self.message
-
+from ...config.errors import CODE_INTERNAL, ConfigError
 
 # --- Triton's ModelConfig message, the parts an update touches (model_config.proto) -------------------
 
@@ -368,7 +349,6 @@ __all__ = [
     "DATA_TYPES",
     "MESSAGES",
     "SCHEDULERS",
-    "ConfigError",
     "Field",
     "Returned",
     "normalize_update",

@@ -23,14 +23,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ...config.errors import CODE_INTERNAL, ConfigError
+from ...config.validate import element_count
 from ...datatypes import element_size, from_config_type
 from ...errors import InferenceError
 from ...inference import InferRequest
 from ...manifest import ModelSpec
 from ...protocol.validation import validate_request
 from ...warmup import WARMUP_FOLDER, WarmupError, warmup_samples
-from .config_checks import element_count
-from .config_update import CODE_INTERNAL, ConfigError
 
 # The synthetic data of one warmup sample (all inputs, all batch_size requests) must fit here
 # (toolkit/repository/warmup.py uses the same limit).

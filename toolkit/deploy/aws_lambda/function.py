@@ -8,15 +8,14 @@ before that leaves `live`, and therefore every caller, on the previous version.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ... import __version__
 from ..errors import DeployError
+from ..function_url import http_response, request_event
 from ..progress import DeployUI
 from .settings import ALIAS, LambdaSettings
 
@@ -148,37 +147,13 @@ def publish_version(lam: Any, name: str, code_sha256: str | None, waiting: Waiti
     return version
 
 
-def function_url_event(method: str, path: str, host: str = "localhost") -> dict[str, Any]:
-    """A Function URL (payload format 2.0) request event, as Lambda delivers it to the handler."""
-    return {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": "",
-        "headers": {"host": host, "user-agent": f"toolkit/{__version__}"},
-        "requestContext": {
-            "accountId": "anonymous",
-            "apiId": "toolkit-smoke-test",
-            "domainName": host,
-            "domainPrefix": host.split(".")[0],
-            "http": {"method": method, "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1", "userAgent": "toolkit"},
-            "requestId": str(uuid.uuid4()),
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime()),
-            "timeEpoch": int(time.time() * 1000),
-        },
-        "isBase64Encoded": False,
-    }
-
-
 def smoke_test(lam: Any, name: str, version: str, ui: DeployUI) -> None:
     """Invoke the new version with GET /v2/health/ready (its init loads and warms up every model)."""
     ui.step(f"smoke test: GET /v2/health/ready on version {version} (cold start: loads and warms up the models)")
     try:
         answer = lam.invoke(
             FunctionName=name, Qualifier=version, InvocationType="RequestResponse",
-            Payload=json.dumps(function_url_event("GET", "/v2/health/ready")).encode(),
+            Payload=json.dumps(request_event("GET", "/v2/health/ready")).encode(),
         )
     except Exception as exc:
         raise DeployError(f"smoke test of {name}:{version} could not invoke it: {_error_message(exc)}") from None
@@ -188,18 +163,12 @@ def smoke_test(lam: Any, name: str, version: str, ui: DeployUI) -> None:
             f"version {version} of {name} failed its smoke test ({answer['FunctionError']}); alias '{ALIAS}' was not moved",
             detail=payload.decode(errors="replace")[-2000:],
         )
-    try:
-        response = json.loads(payload)
-    except json.JSONDecodeError:
-        response = {}
-    if response.get("statusCode") != 200:
-        body = response.get("body", "")
-        if response.get("isBase64Encoded"):
-            body = base64.b64decode(body).decode(errors="replace")
+    answer_http = http_response(payload)
+    if answer_http.status != 200:
         raise DeployError(
-            f"version {version} of {name} is not ready (GET /v2/health/ready answered {response.get('statusCode')}); "
+            f"version {version} of {name} is not ready (GET /v2/health/ready answered {answer_http.status}); "
             f"alias '{ALIAS}' was not moved",
-            detail=str(body)[-2000:],
+            detail=answer_http.body.decode(errors="replace")[-2000:],
         )
 
 

@@ -94,7 +94,9 @@ def plan_lines(settings: ServiceSettings, source: ImageReference | None, options
         ("resources", resources),
         ("concurrency", f"{settings.concurrency} requests per instance"),
         ("instances", f"{settings.min_instances} to {settings.max_instances}"),
-        ("startup probe", f"GET /v2/health/ready every {settings.probe_period_s} s, budget {settings.startup_budget_s} s"),
+        ("protocol", "gRPC over HTTP/2 end to end (port h2c)" if settings.protocol == "grpc" else "HTTP (v2 REST)"),
+        ("startup probe", ("gRPC health check" if settings.protocol == "grpc" else "GET /v2/health/ready")
+         + f" every {settings.probe_period_s} s, budget {settings.startup_budget_s} s"),
         ("access", "PUBLIC (allUsers: roles/run.invoker)" if options.allow_unauthenticated else
          "private: callers need roles/run.invoker and a Google ID token (toolkit invoke / toolkit proxy)"),
         *[("sizing", note) for note in settings.notes],
@@ -165,7 +167,8 @@ def deploy_cloudrun(
 
         assert options.repository is not None
         source = parse_image(build_image(
-            options.repository, "cloudrun", options.models, "linux/amd64", "gpu" if settings.gpu else "cpu", ui
+            options.repository, "cloudrun", options.models, "linux/amd64", "gpu" if settings.gpu else "cpu", ui,
+            settings.protocol,
         ))
         assert isinstance(source, ImageReference)
     needs_push = not (is_google_registry(source.registry) or source.registry in PUBLIC_REGISTRIES)

@@ -1,0 +1,161 @@
+"""End to end with a real container engine: a Cloud Run image built with `--protocol grpc`
+answers tritonclient.grpc and the gRPC health probe on $PORT (h2c), read-only, as its non-root
+user, and drains on SIGTERM. Skips without the engine unless TOOLKIT_REQUIRE_DOCKER=1 (CI)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from serving import free_port
+from test_build_e2e import docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
+from tools import perf_analyzer
+
+from toolkit.build.pipeline import wait_grpc_serving
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def grpc_image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+    output = tmp_path_factory.mktemp("cloudrun-grpc") / "ctx"
+    report = toolkit_build(engine, output, "--target", "cloudrun", "--protocol", "grpc", "--measure-cold-start")
+    report["context_dir"] = output
+    return report
+
+
+def test_grpc_image_carries_grpc_but_not_the_build_side(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
+    image = grpc_image["image"]
+    assert grpc_image["cold_start"]["measured"] and "gRPC health" in grpc_image["cold_start"]["how"]
+    config = json.loads(docker(engine, "image", "inspect", "--format", "{{json .Config}}", image).stdout)
+    assert config["Labels"]["io.triton-serverless-toolkit.protocol"] == "grpc"
+    assert "TOOLKIT_PROTOCOL=grpc" in config["Env"]
+    check = (
+        "import importlib.util as u; "
+        "print(sorted(m for m in ('toolkit', 'onnx', 'jinja2', 'boto3', 'tritonclient', 'mangum', 'grpc', "
+        "'grpc_health', 'google.protobuf', 'google.auth') if u.find_spec(m.split('.')[0]) and "
+        "(m.count('.') == 0 or u.find_spec(m))))"
+    )
+    found = docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", check).stdout
+    assert found.strip() == "['google.protobuf', 'grpc', 'grpc_health']"
+
+
+def test_grpc_image_serves_tritonclient_grpc_and_drains(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
+    port = free_port()
+    container = docker(
+        engine, "run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp", "-e", f"PORT={port}",
+        "-e", "TOOLKIT_HOST=127.0.0.1", grpc_image["image"],
+    ).stdout.strip()
+    try:
+        running = lambda: docker(engine, "inspect", "--format", "{{.State.Running}}", container, check=False).stdout.strip() == "true"  # noqa: E731
+        assert wait_grpc_serving(f"127.0.0.1:{port}", 180, running) is not None, docker(engine, "logs", container).stderr
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("add_sub")
+        assert client.get_model_metadata("add_sub").platform == "onnxruntime_onnx"
+        a = np.random.default_rng(0).random((3, 16), dtype=np.float32)
+        inputs = [grpcclient.InferInput(f"INPUT{i}", [3, 16], "FP32") for i in (0, 1)]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        result = client.infer("add_sub", inputs)
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + a, rtol=1e-6)
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(lambda result, error: answers.put((result, error)))
+        for n in range(3):
+            client.async_stream_infer("add_sub", inputs, request_id=str(n))
+        assert [answers.get(timeout=30)[0].get_response().id for _ in range(3)] == ["0", "1", "2"]
+        client.stop_stream()
+        client.close()
+        docker(engine, "stop", "--time", "30", container)
+        state = json.loads(docker(engine, "inspect", "--format", "{{json .State}}", container).stdout)
+        assert state["ExitCode"] == 0, docker(engine, "logs", container).stderr
+    finally:
+        docker(engine, "rm", "-f", container, check=False)
+
+
+def _banner(process) -> str:
+    """The start-up message (Rich may wrap it over several lines), read up to `Ctrl-C stops`."""
+    lines = []
+    while not lines or "Ctrl-C" not in lines[-1]:
+        line = process.stderr.readline()
+        if not line:
+            break
+        lines.append(line.strip())
+    text = " ".join(lines)
+    assert "serving" in text or "proxying" in text, text + process.stderr.read()
+    return text
+
+
+def test_toolkit_run_serves_the_grpc_image(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "run", grpc_image["image"], "--port", str(port), "--builder", "docker"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine,
+    )
+    try:
+        assert f"on gRPC 127.0.0.1:{port}" in _banner(process)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_ready()
+        client.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+
+
+def test_grpc_clients_drive_a_lambda_image_through_the_proxy(engine: dict[str, str], tmp_path) -> None:  # noqa: F811
+    """A Lambda image under AWS's Runtime Interface Emulator (`toolkit run`), reached by
+    tritonclient.grpc and perf_analyzer -i grpc through `toolkit proxy --grpc-port`: each unary
+    RPC becomes a REST call to the function; streams are refused with the reason."""
+    report = toolkit_build(engine, tmp_path / "ctx", "--target", "lambda")
+    port, grpc_port = free_port(), free_port()
+    function = subprocess.Popen(
+        [sys.executable, "-m", "toolkit.cli", "run", report["image"], "--port", str(port), "--builder", "docker"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine,
+    )
+    proxy = None
+    try:
+        _banner(function)
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "toolkit.cli", "proxy", f"http://127.0.0.1:{port}", "--port", "0", "--grpc-port",
+             str(grpc_port), "--auth", "none"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=engine,
+        )
+        assert "proxying gRPC" in _banner(proxy)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        assert client.is_server_ready() and client.is_model_ready("add_sub")
+        assert client.get_model_config("add_sub").config.max_batch_size == 8
+        a = np.random.default_rng(0).random((2, 16), dtype=np.float32)
+        inputs = [grpcclient.InferInput(f"INPUT{i}", [2, 16], "FP32") for i in (0, 1)]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a)
+        result = client.infer("add_sub", inputs, request_id="lambda")
+        np.testing.assert_allclose(result.as_numpy("OUTPUT0"), a + a, rtol=1e-6)
+        assert result.get_response().id == "lambda"
+        errors: queue.Queue = queue.Queue()
+        client.start_stream(lambda result, error: errors.put(error))
+        try:
+            client.async_stream_infer("add_sub", inputs)
+        except grpcclient.InferenceServerException:
+            pass  # the refusal may already have closed the stream
+        assert "AWS Lambda has no gRPC" in str(errors.get(timeout=30))
+        client.stop_stream()
+        client.close()
+        out = subprocess.run(
+            [perf_analyzer(), "-i", "grpc", "-u", f"127.0.0.1:{grpc_port}", "-m", "add_sub", "--shape", "INPUT0:16",
+             "--shape", "INPUT1:16", "--concurrency-range", "1", "--request-count", "20"],
+            capture_output=True, text=True, timeout=300,
+        )
+        assert out.returncode == 0 and re.findall(r"Request count: (\d+)", out.stdout) == ["20"], out.stdout + out.stderr
+    finally:
+        for process in (proxy, function):
+            if process is not None:
+                process.send_signal(signal.SIGTERM)
+                process.communicate(timeout=60)
+    assert function.returncode == 0
