@@ -217,6 +217,11 @@ class ModelRepository:
             module = backend_module(model.spec.backend)
             if module is None:
                 raise RuntimeError(f"backend '{model.spec.backend}' is not available in this runtime")
+            if model.spec.decoupled and not getattr(module, "DECOUPLED", False):
+                raise RuntimeError(
+                    f"backend '{model.spec.backend}' does not serve decoupled models "
+                    "(model_transaction_policy { decoupled: true }); only backend 'python' does"
+                )
             factory = module.create_instance
             model.load_labels()
             slots = [dataclasses.replace(s, threads=self.cpu_plan.threads_for(model.name, s))

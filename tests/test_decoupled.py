@@ -349,3 +349,23 @@ def test_build_report_says_what_lambda_does_with_decoupled_models(tmp_path):
     assert "square: decoupled (streaming) model(s) stream server-sent events" in cloudrun
     plain = compile_repository(write_repository(tmp_path / "plain", models=("echo",)))
     assert "decoupled" not in "\n".join(target_warnings(TARGETS["lambda"], plain, []))
+
+
+def test_a_decoupled_model_of_another_backend_does_not_load(tmp_path):
+    # the compiler refuses it; a manifest edited by hand must not hang its clients either
+    from handlers.manifest import Manifest
+    from handlers.model_repository import ModelRepository
+
+    repo = tmp_path / "models"
+    mb.add_sub(repo / "add_sub" / "1" / "model.onnx")
+    (repo / "add_sub" / "config.pbtxt").write_text('backend: "onnxruntime"\nmax_batch_size: 0\n')
+    compiled = compile_repository(repo)
+    document = compiled.manifest()
+    document["models"][0]["config"]["model_transaction_policy"] = {"decoupled": True}
+    repository = ModelRepository(Manifest.from_dict(document, root=compiled.root))
+    repository.load(exit_on_error=False)
+    model = repository.models["add_sub"][1]
+    assert not model.ready and model.reason == (
+        "backend 'onnxruntime' does not serve decoupled models (model_transaction_policy { decoupled: true }); "
+        "only backend 'python' does"
+    )

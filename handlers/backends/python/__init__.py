@@ -24,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+DECOUPLED = True  # serves decoupled models (handlers/backends/__init__.py)
 INSTANCE_MODE_ENV = "TOOLKIT_PYTHON_INSTANCE_MODE"
 PROCESS, IN_PROCESS, AUTO = "process", "inprocess", "auto"
 log = logging.getLogger("handlers.python")
