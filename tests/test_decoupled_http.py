@@ -272,3 +272,29 @@ def test_lambda_collects_generate_and_refuses_generate_stream(tmp_path):
         assert call("/v2/models/square/infer", {})[0] == 501
     finally:
         handler.repository.stop()  # finalizes the instances too
+
+
+def test_the_signing_proxy_relays_events_as_they_arrive(server):
+    # toolkit proxy in front of a deployment (here the local server, unsigned): the first event
+    # reaches the client while the model still waits, and the client leaving cancels the request
+    from toolkit.deploy.proxy import SigningProxy
+    from toolkit.deploy.signing import NoSigner
+
+    with SigningProxy(server.http, NoSigner(), port=0) as proxy:
+        host, port = proxy.address
+        connection = http.client.HTTPConnection(host, port, timeout=60)
+        connection.request("POST", "/v2/models/probe/generate_stream", body=json.dumps({"MODE": 10}))
+        response = connection.getresponse()
+        assert response.status == 200 and response.getheader("content-type") == "text/event-stream; charset=utf-8"
+        first = b""
+        while not first.endswith(b"\n\n"):
+            first += response.read1(4096)
+        assert json.loads(first[len(b"data: "):])["OUT"] == "waiting for cancellation"
+        count = len([line for line in _log(server) if line.startswith("cancelled")])
+        connection.close()
+        deadline = time.monotonic() + 30
+        while len([line for line in _log(server) if line.startswith("cancelled")]) == count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len([line for line in _log(server) if line.startswith("cancelled")]) == count + 1
+        status, _, body = post(type("Address", (), {"port": port})(), "/v2/models/square/generate_stream", {"IN": 2})
+        assert status == 200 and len(events(body)) == 2
