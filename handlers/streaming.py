@@ -154,7 +154,10 @@ class ResponseStream(ResponseSink):
         with self._lock:
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
-            self._loop.call_soon_threadsafe(_wake, waiter)
+            try:
+                self._loop.call_soon_threadsafe(_wake, waiter)
+            except RuntimeError:  # the consumer's loop is closed
+                pass
 
     def __aiter__(self) -> ResponseStream:
         return self

@@ -247,16 +247,21 @@ class GenerateResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watch = _Watch(receive, self.stream)
+        first: StreamEvent | None = None
+        count = 0  # responses and errors (only the first is kept: more than one is an error)
         try:
-            events = [e async for e in self.stream if e.response is not None or e.error is not None]
+            async for event in self.stream:
+                if event.response is not None or event.error is not None:
+                    count += 1
+                    first = first or event
         finally:
             watch.stop()
         if watch.disconnected:
             return  # nobody to answer
-        error = internal(EXACTLY_ONE) if len(events) != 1 else events[0].error
+        error = internal(EXACTLY_ONE) if count != 1 or first is None else first.error
         if error is None:
             try:
-                body = encode_generate(events[0].response, self.config, self.request_id)  # type: ignore[arg-type]
+                body = encode_generate(first.response, self.config, self.request_id)  # type: ignore[union-attr,arg-type]
             except InferenceError as failure:
                 log.error("generate: %s", failure.message)
                 error = failure

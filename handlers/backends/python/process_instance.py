@@ -222,8 +222,10 @@ class ProcessInstance:
         for ident, waiter in pending.items():
             waiter.value = ("failed", _exit_message(self.name, code)) if ident == 0 else ("gone", gone)
             waiter.event.set()
-        if self.decoupled:
-            self.routes.close_all(gone)  # nothing more will come for the requests it had open
+        if self.decoupled:  # nothing more will come for the requests it had open
+            self.routes.close_all(
+                f"model instance '{self.name}' was unloaded before it sent the final response" if self._closing else gone
+            )
         with self._lock:
             streams, self._bls_streams = self._bls_streams, {}
         for cancel in streams.values():

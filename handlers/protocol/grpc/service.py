@@ -298,10 +298,13 @@ class InferenceService:
         """One ModelInferRequest to its ModelInferResponse (InferenceError on failure), and
         whether the client asked for an empty final response."""
         model, request, empty_final = self._request(message, unary=True)
+        return await self._reply(model, request), empty_final
+
+    async def _reply(self, model: LoadedModel, request: InferRequest) -> Any:
         response = await model.infer(request)
         reply = self.pb.ModelInferResponse()
         encode_infer_response(response, request, model.spec.config, reply, labels=model.labels)
-        return reply, empty_final
+        return reply
 
     async def ModelInfer(self, request: Any) -> Any:  # noqa: N802
         reply, _ = await self._infer(request)
@@ -317,7 +320,7 @@ class InferenceService:
             if model.decoupled:
                 stream = model.stream(request)
             else:
-                reply, _ = await self._infer(message)
+                reply = await self._reply(model, request)
         except InferenceError as error:
             if error.http_status >= 500 and error.code is not ErrorCode.UNAVAILABLE:
                 log.error("ModelStreamInfer request failed (%s): %s", error.code.name, error)
