@@ -294,7 +294,7 @@ def test_health_metadata_and_readiness(client, stub):
     assert not client.is_model_ready("nope") and not client.is_model_ready("add_sub", "7")
     assert _error(stub, "ModelReady", pb.ModelReadyRequest(name="add_sub", version="x"))[0] == "INVALID_ARGUMENT"
     metadata = client.get_server_metadata(as_json=True)
-    assert metadata["name"] == "triton" and "binary_tensor_data" in metadata["extensions"]  # Triton-compatible metadata
+    assert metadata["name"] == "triton" and "binary_tensor_data" in metadata["extensions"]
     model = client.get_model_metadata("add_sub", as_json=True)
     assert model == {
         "name": "add_sub", "versions": ["1"], "platform": "onnxruntime_onnx",

@@ -573,7 +573,7 @@ def test_tritonclient_grpc_through_the_sigv4_proxy(sigv4_gateway):
         try:
             assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("add_sub")
             assert not client.is_model_ready("nope")
-            assert client.get_server_metadata().name == "triton"  # Triton-compatible server metadata
+            assert client.get_server_metadata().name == "triton"
             assert [i.name for i in client.get_model_metadata("add_sub").inputs] == ["INPUT0", "INPUT1"]
             assert client.get_model_config("add_sub").config.max_batch_size == 8
             a = np.arange(32, dtype=np.float32).reshape(2, 16)

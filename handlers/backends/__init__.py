@@ -24,6 +24,7 @@ from types import ModuleType
 # Triton backend name -> the module serving it (ensembles are scheduled by the repository itself).
 BACKEND_MODULES: dict[str, str] = {
     "onnxruntime": "handlers.backends.onnxruntime",
+    "openvino": "handlers.backends.openvino",
     "python": "handlers.backends.python",
 }
 

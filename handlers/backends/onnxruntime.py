@@ -11,8 +11,10 @@ their inputs are concatenated along the batch dimension, run once, and split bac
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ log = logging.getLogger("handlers.onnxruntime")
 # Triton's documented `optimization { graph { level } }` values.
 _GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
 TRT_CACHE_ENV = "TOOLKIT_TRT_CACHE_DIR"
+_OPENVINO_SESSION_LOCK = threading.Lock()
 
 
 class ModelLoadError(Exception):
@@ -246,9 +249,13 @@ class OnnxRuntimeInstance:
         providers = execution_providers(config, kind, device_id, spec.name)
         path = _onnx_file(spec.model_files[version])
         started = time.perf_counter()
+        # Session creation with OpenVINO's provider is not thread-safe: the onnxruntime backend
+        # serialises it with a global lock, and so does this one (instances load in parallel).
+        openvino = any(p[0] == "OpenVINOExecutionProvider" for p in providers if isinstance(p, tuple))
         try:
-            self.session = ort.InferenceSession(str(path), sess_options=session_options(config, threads),
-                                                providers=providers)
+            with _OPENVINO_SESSION_LOCK if openvino else contextlib.nullcontext():
+                self.session = ort.InferenceSession(str(path), sess_options=session_options(config, threads),
+                                                    providers=providers)
         except Exception as exc:
             raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc
         self.load_seconds = time.perf_counter() - started

@@ -35,7 +35,14 @@ from .context import ImagePlan, check_output, default_image_name, render_context
 from .errors import BuildError, BuildOptionError
 from .local_run import LocalLambda, free_port, run_service
 from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
-from .runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, PROTOCOLS, runtime_requirements
+from .runtime_deps import (
+    CUDA_LINES,
+    DEFAULT_CUDA_MAJOR,
+    PROTOCOLS,
+    check_wheels_exist,
+    runtime_backends,
+    runtime_requirements,
+)
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
 from .wheelhouse import ModelRequirements, build_wheelhouse
 
@@ -293,12 +300,17 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     compiled, device, gpu_models = _compile(options, target, ui)
     base = _describe_base(options, target, builder, ui)
     gpu = device == "gpu"
+    try:
+        backends = runtime_backends((model.config for model in compiled.models.values()), gpu=gpu)
+        check_wheels_exist(backends, base.arch, base.python, base.glibc)
+    except ValueError as exc:
+        raise BuildError(str(exc)) from None
     runtime = runtime_requirements(
         server=target.server,
         aws_lambda=target.name == "lambda",
         runtime_client=not base.lambda_base,
         gpu_cuda=options.cuda if gpu else None,
-        backends={model.backend for model in compiled.models.values()},
+        backends=backends,
         protocol=options.protocol,
     )
     layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT

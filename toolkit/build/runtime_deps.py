@@ -34,6 +34,11 @@ class RuntimeRequirement:
     spec: str  # PEP 508 requirement, as pip reads it
     imports: tuple[str, ...]
     no_deps: bool = False  # installed without its declared dependencies (see module docstring)
+    # Files of the installed distribution that the runtime never loads, removed from the image
+    # (shell globs relative to the folder the wheels are installed into).
+    prune: tuple[str, ...] = ()
+    # Distributions this one replaces in an image (the same module, more in it).
+    supersedes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -78,6 +83,47 @@ LAMBDA: tuple[RuntimeRequirement, ...] = (RuntimeRequirement("mangum>=0.17", ("m
 LAMBDA_RUNTIME_CLIENT = RuntimeRequirement("awslambdaric>=2.2", ("awslambdaric",))
 
 ONNXRUNTIME_CPU = RuntimeRequirement("onnxruntime>=1.18", ("onnxruntime",), no_deps=True)
+
+# ONNX Runtime with OpenVINO's execution provider, for onnxruntime models that ask for
+# `cpu_execution_accelerator: [{ name: "openvino" }]`: it replaces `onnxruntime` in the image (the
+# same module, never both). 1.24.1 is the newest release (OpenVINO 2025.4.1 inside); its wheel
+# ships each OpenVINO library three times (libopenvino.so, .so.2025.4.1, .so.2541) and the Intel
+# GPU and NPU plugins: the image keeps the sonames that are loaded (262 -> 170 MB installed).
+ONNXRUNTIME_OPENVINO = RuntimeRequirement(
+    "onnxruntime-openvino==1.24.1",
+    ("onnxruntime",),
+    no_deps=True,
+    prune=tuple(
+        f"onnxruntime/capi/{name}"
+        for name in (
+            "libopenvino.so", "libopenvino.so.2025.4.1", "libopenvino_onnx_frontend.so",
+            "libopenvino_onnx_frontend.so.2025.4.1", "libopenvino_c.so*", "libtbb.so",
+            "libopenvino_intel_gpu_plugin.so", "libopenvino_intel_npu_plugin.so",
+        )
+    ),
+    supersedes=("onnxruntime",),
+)
+
+# The openvino backend (handlers/backends/openvino.py): the OpenVINO runtime. At run time it needs
+# numpy only (openvino-telemetry serves its conversion tools). The image keeps what CPU inference
+# of IR and ONNX models loads (the CPU, AUTO, HETERO and batching plugins; the IR and ONNX
+# readers); the Intel GPU and NPU plugins, the GPU's tuning cache, the other frameworks' readers,
+# the C++ headers and the conversion tools are removed (184 -> 100 MB installed).
+OPENVINO = RuntimeRequirement(
+    "openvino==2026.4.1",
+    ("openvino",),
+    no_deps=True,
+    prune=(
+        "openvino/libs/cache.json",
+        "openvino/libs/libopenvino_intel_gpu_plugin.so",
+        "openvino/libs/libopenvino_intel_npu_plugin.so",
+        *(f"openvino/libs/libopenvino_{f}_frontend.so.*" for f in ("gguf", "jax", "paddle", "pytorch", "tensorflow",
+                                                                   "tensorflow_lite")),
+        *(f"openvino/frontend/{f}" for f in ("jax", "paddle", "pytorch", "tensorflow")),
+        "openvino/include",
+        "openvino/tools",
+    ),
+)
 
 # GPU metrics (handlers.metrics reads GPU utilisation through NVML when it is importable).
 NVML = RuntimeRequirement("nvidia-ml-py>=12.535", ("pynvml",))
@@ -155,9 +201,68 @@ class RuntimeSet:
             return FORBIDDEN_DISTRIBUTIONS - GRPC_ALLOWED_DISTRIBUTIONS
         return FORBIDDEN_DISTRIBUTIONS
 
+    @property
+    def prune(self) -> tuple[str, ...]:
+        """Installed files the image leaves out (RuntimeRequirement.prune)."""
+        return tuple(p for r in [*self.resolved, *self.no_deps] for p in r.prune)
+
 
 def _onnxruntime(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
     return (ONNXRUNTIME_CPU,) if cuda is None else (cuda.onnxruntime,)
+
+
+ONNXRUNTIME_OPENVINO_KEY = "onnxruntime+openvino"
+
+
+def wants_openvino_accelerator(config: dict) -> bool:
+    """An onnxruntime model whose config asks for OpenVINO's execution provider on CPU."""
+    accelerators = config.get("optimization", {}).get("execution_accelerators", {})
+    return any(a.get("name") == "openvino" for a in accelerators.get("cpu_execution_accelerator", []))
+
+
+def runtime_backends(configs: Iterable[dict], gpu: bool = False) -> set[str]:
+    """The keys of BACKEND_RUNTIME an image's models need: their backends, and
+    ONNXRUNTIME_OPENVINO_KEY for onnxruntime models with the OpenVINO accelerator (CPU images;
+    a GPU image's onnxruntime-gpu cannot carry it, so its KIND_CPU instances are refused)."""
+    keys: set[str] = set()
+    for config in configs:
+        backend = config.get("backend") or config.get("platform", "")
+        keys.add(backend)
+        if backend == "onnxruntime" and wants_openvino_accelerator(config):
+            cpu_groups = [g for g in config.get("instance_group", []) if g.get("kind", "KIND_CPU") == "KIND_CPU"]
+            if not gpu:
+                keys.add(ONNXRUNTIME_OPENVINO_KEY)
+            elif cpu_groups:
+                raise ValueError(
+                    f"model '{config.get('name')}' asks for the OpenVINO execution accelerator on KIND_CPU instances, "
+                    "but a GPU image carries onnxruntime-gpu, which has no OpenVINO provider (onnxruntime-openvino and "
+                    "onnxruntime-gpu are the same module and cannot both be installed): build a CPU image "
+                    "(--device cpu), or remove the openvino accelerator"
+                )
+    return keys
+
+
+# Where the OpenVINO wheels exist (PyPI, checked for the pinned versions): onnxruntime-openvino
+# for x86_64 only (manylinux_2_28, CPython 3.10-3.13); openvino for x86_64 (manylinux_2_28) and
+# aarch64 (manylinux_2_35: glibc 2.35 or newer).
+ONNXRUNTIME_OPENVINO_PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def check_wheels_exist(backends: Iterable[str], arch: str, python: str, glibc: tuple[int, int]) -> None:
+    """Refuse, before downloading anything, an image whose OpenVINO wheels do not exist."""
+    keys = set(backends)
+    if ONNXRUNTIME_OPENVINO_KEY in keys and (arch != "x86_64" or python not in ONNXRUNTIME_OPENVINO_PYTHONS):
+        raise ValueError(
+            f"the OpenVINO execution accelerator needs {ONNXRUNTIME_OPENVINO.spec}, which has wheels for x86_64 "
+            f"(CPython {', '.join(ONNXRUNTIME_OPENVINO_PYTHONS)}) only, not {arch} with Python {python}: build for "
+            "--platform linux/amd64 on such a base image, or remove the openvino accelerator (the model then runs on "
+            "ONNX Runtime's CPU provider), or serve the model with backend \"openvino\""
+        )
+    if "openvino" in keys and arch == "aarch64" and glibc < (2, 35):
+        raise ValueError(
+            f"{OPENVINO.spec} has aarch64 wheels for glibc 2.35 or newer only; the base image has glibc "
+            f"{glibc[0]}.{glibc[1]}: choose a newer base image (e.g. python:3.12-slim-bookworm) or build for linux/amd64"
+        )
 
 
 # What each backend's models add to an image: backend -> f(CUDA line of a GPU image, or None for
@@ -166,6 +271,9 @@ def _onnxruntime(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
 BACKEND_RUNTIME: dict[str, Callable[[CudaLine | None], tuple[RuntimeRequirement, ...]]] = {
     "onnxruntime": _onnxruntime,
     "python": _onnxruntime,
+    "openvino": lambda cuda: (OPENVINO,),
+    # onnxruntime models with the OpenVINO execution accelerator (runtime_backends)
+    ONNXRUNTIME_OPENVINO_KEY: lambda cuda: (ONNXRUNTIME_OPENVINO,),
 }
 DEFAULT_BACKENDS = frozenset({"onnxruntime"})
 
@@ -206,10 +314,12 @@ def runtime_requirements(
         for requirement in BACKEND_RUNTIME.get(backend, lambda _: ())(cuda):
             if requirement not in no_deps:
                 no_deps.append(requirement)
+    superseded = {name for requirement in no_deps for name in requirement.supersedes}
+    no_deps = [r for r in no_deps if r.name not in superseded]
     return RuntimeSet(tuple(resolved), tuple(no_deps), cuda, protocol)
 
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML, OPENVINO]
     return frozenset(module for requirement in every for module in requirement.imports)

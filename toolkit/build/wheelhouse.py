@@ -338,7 +338,8 @@ def _download(
         owners = ", ".join(m.model for m in model_requirements) or "the runtime"
         raise BuildError(
             f"the requirements of {owners} pull in {', '.join(pulled)}: the image's ONNX Runtime is chosen by "
-            "toolkit build (onnxruntime on CPU, onnxruntime-gpu for GPU images); remove it from requirements.txt"
+            "toolkit build (onnxruntime on CPU, onnxruntime-gpu for GPU images, onnxruntime-openvino for models "
+            "with the openvino execution accelerator); remove it from requirements.txt"
         )
     forbidden = sorted(resolved & runtime.forbidden_distributions)
     if forbidden and not model_requirements:

@@ -14,7 +14,8 @@ load stage (a failure makes the model UNAVAILABLE)
   4. NormalizeInstanceGroup / ValidateInstanceGroup for the *target* device
   5. the backend's model init: ONNX or python auto-complete (auto-complete enabled)
   6. Model::Init: ValidateModelIOConfig, label files
-  7. instances: the model file of each version, the onnxruntime backend's config-vs-model checks
+  7. instances: the model file of each version, the onnxruntime and openvino backends' config-vs-model
+     checks (openvino_model.py)
   8. warmup samples
   9. the product's own support checks (support.py): Triton's checks come first
 """
@@ -28,7 +29,13 @@ from typing import Any, Iterable
 from google.protobuf.message import Message
 
 from . import onnx_autocomplete
-from .backend_fields import ENSEMBLE_PLATFORM, ONNXRUNTIME_BACKEND, PYTHON_BACKEND, autocomplete_backend_fields
+from .backend_fields import (
+    ENSEMBLE_PLATFORM,
+    ONNXRUNTIME_BACKEND,
+    OPENVINO_BACKEND,
+    PYTHON_BACKEND,
+    autocomplete_backend_fields,
+)
 from .compiled import (  # the compiler's results, importable from here too
     AUTOCOMPLETE_HOST,
     AUTOCOMPLETE_IMAGE,
@@ -323,6 +330,14 @@ def _load_backend_model(
         _check_python_source(model, model_files)
         if auto_complete:
             deferred = _python_auto_complete(model, config, versions, python_autocomplete)
+    elif backend == OPENVINO_BACKEND:
+        from . import openvino_model
+
+        found = openvino_model.find_model_files(model, versions, config.default_model_filename)
+        model_files.update({v: p.relative_to(model.path).as_posix() for v, p in found.items()})
+        if auto_complete:
+            openvino_model.autocomplete(config, found[max(found)], model.name, warnings)
+            normalize_model_config(config)
 
     # A model left for the image build: what depends on its completed inputs and outputs is
     # checked there (handlers/backends/python/complete.py), after auto_complete_config.
@@ -337,6 +352,10 @@ def _load_backend_model(
             read_signatures()
         for inputs, outputs in signatures.values():
             onnx_autocomplete.validate_against_model(config, inputs, outputs)
+    if backend == OPENVINO_BACKEND:
+        from . import openvino_model
+
+        openvino_model.check(config, model, {v: model.path / f for v, f in model_files.items()}, warnings)
 
     if deferred is None:
         validate_warmup(config, model.path, warnings)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from google.protobuf.message import Message
 
-from .backend_fields import ONNXRUNTIME_BACKEND, TENSORFLOW_BACKEND
+from .backend_fields import ONNXRUNTIME_BACKEND, OPENVINO_BACKEND, TENSORFLOW_BACKEND
 from .model_config import ModelInstanceGroup
 
 KIND_AUTO = ModelInstanceGroup.KIND_AUTO
@@ -60,6 +60,7 @@ class PreferredGroup:
 # instances when a GPU exists, then CPU; the python backend declares none.
 PREFERRED_GROUPS: dict[str, tuple[PreferredGroup, ...]] = {
     ONNXRUNTIME_BACKEND: (PreferredGroup(KIND_GPU), PreferredGroup(KIND_CPU)),
+    OPENVINO_BACKEND: (PreferredGroup(KIND_CPU),),  # openvino_backend: CPU, count 0 (default 1)
 }
 
 

@@ -30,10 +30,6 @@ _BACKEND_ADVICE = {
     ),
     "pytorch": "export the model to ONNX (torch.onnx.export) and serve it with backend \"onnxruntime\"",
     "tensorflow": "convert the model to ONNX (tf2onnx) and serve it with backend \"onnxruntime\"",
-    "openvino": (
-        "serve the ONNX model with backend \"onnxruntime\" and "
-        "optimization { execution_accelerators { cpu_execution_accelerator: [{ name: \"openvino\" }] } }"
-    ),
 }
 
 

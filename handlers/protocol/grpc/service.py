@@ -411,8 +411,8 @@ class InferenceService:
                     response = await stream.out.get()
                     if response is not None:
                         yield response
-                    elif stream.idle and (not stream.reading or stream.draining):
-                        break
+                    elif stream.idle and stream.out.empty() and (not stream.reading or stream.draining):
+                        break  # nothing running and nothing left to write (a wake-up may precede a response)
             finally:
                 self._streams.discard(stream)
                 reader.cancel()
