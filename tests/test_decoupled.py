@@ -237,7 +237,7 @@ def bls(repository, which: int) -> tuple[int, list]:
 def test_bls_exec_decoupled_iterates_every_response(repository):
     # values recorded from tritonserver 2.51 for the same calls
     assert bls(repository, 0) == (9, [[None, ["OUT"]], [None, ["OUT"]], [None, ["OUT"]], [None, []]])
-    total, log = bls(repository, 1)
+    _, log = bls(repository, 1)
     assert log == [[
         "Model square - Error when running inference: Model square is using the decoupled. The current BLS request call "
         "doesn't support models using the decoupled transaction policy. Please use 'decoupled=True' argument to the "

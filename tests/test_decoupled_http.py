@@ -62,7 +62,7 @@ def test_generate_stream_sends_every_response_as_an_event(server):
 
 
 def test_generate_maps_keys_to_inputs_and_parameters_as_triton(server):
-    status, headers, body = post(server, "/v2/models/generate/generate_stream", {
+    status, _, body = post(server, "/v2/models/generate/generate_stream", {
         "id": "7", "text_input": "hello world foo", "max_tokens": 3, "vector": [1, 2.5], "flag": True,
         "matrix": [1, 2, 3, 4], "parameters": {"temperature": 0.5, "stream": True, "top": "k", "timeout": 5},
     })
@@ -233,7 +233,7 @@ _KEYS = st.sampled_from(["text_input", "max_tokens", "vector", "matrix", "flag",
 @given(document=st.dictionaries(_KEYS, _VALUES, max_size=6), stream=st.booleans())
 def test_fuzzed_generate_requests_get_an_answer_never_a_crash(server, document, stream):
     path = "/v2/models/generate/" + ("generate_stream" if stream else "generate")
-    status, headers, body = post(server, path, document)
+    status, _, body = post(server, path, document)
     if status == 200:
         answers = events(body) if stream else [json.loads(body)]
         assert all("error" not in a and a["model_name"] == "generate" for a in answers)
