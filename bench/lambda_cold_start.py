@@ -38,7 +38,7 @@ def main() -> None:
     for image in args.images:
         totals, inits = [], []
         for _ in range(args.runs):
-            cold = measure_lambda_cold_start(builder, image, args.platform, SilentUI())
+            cold, _ = measure_lambda_cold_start(builder, image, args.platform, SilentUI())  # (cold start, /metrics)
             totals.append(cold.seconds)
             inits.append(cold.init_seconds or float("nan"))
         print(f"{image}: total median {statistics.median(totals):.2f} s (runs {', '.join(f'{t:.2f}' for t in totals)}); "

@@ -301,7 +301,7 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
         anchor_threads = budget_threads(cfg.instances) if model == FULL else args.ort_threads
         _log(f"{model} ({cfg.key}) {cfg.title}: starting both servers")
         with servers.running([servers.TOOLKIT, servers.TRITON], repo, ort_threads=anchor_threads,
-                             ort_version=args.ort_version, logs=work / "logs") as started:
+                             ort_version=args.ort_version, logs=work / "logs", workers=args.toolkit_workers) as started:
             for kind, server in started.items():  # warm-up, not recorded (no stability asked)
                 try:
                     perf_analyzer.run(served, server.address(args.protocol), shape=signature["shape"],
@@ -385,6 +385,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 repeat, c 4:16:12, short windows (a smoke run)")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     parser.add_argument("--render", type=Path, help="render the report of a saved .json again, measure nothing")
+    parser.add_argument("--toolkit-workers", default="1",
+                        help="toolkit serve --workers: N or auto (as many as each config's instances and the CPUs allow)")
     parser.add_argument("--protocol", choices=("http", "grpc"), default="http",
                         help="what perf_analyzer speaks to both servers: http (-i http) or grpc (-i grpc, gRPC ports)")
     args = parser.parse_args()
@@ -419,7 +421,8 @@ def main() -> None:
                 "CPU budget": f"{cpus()} CPU(s) for the runtime's thread budget (handlers/cpu_budget.py)",
                 "load before start": f"{load:.2f} (1-minute load average; the run waits for < {args.max_load})",
                 "toolkit": f"commit {_git_commit()}, Python {platform.python_version()}, onnxruntime "
-                           f"{args.ort_version}, " + ("grpcio asyncio server on uvloop" if args.protocol == "grpc" else "uvicorn + httptools + uvloop"),
+                           f"{args.ort_version}, " + ("grpcio asyncio server on uvloop" if args.protocol == "grpc" else "uvicorn + httptools + uvloop")
+                           + f", --workers {args.toolkit_workers}",
                 "Triton": f"tritonserver 2.51.0 via scripts/tools/tritonserver serve: python backend + ONNX Runtime "
                           f"{args.ort_version}, CPU, intra_op_thread_count={args.ort_threads} (text_recognition_full: "
                           "--ort-threads CPUs / instances) (a conservative anchor, not Triton's onnxruntime backend)",

@@ -86,12 +86,15 @@ class Server:
             self.process.wait(30)
 
 
-def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 900) -> Server:
-    """`timeout` covers the first use of scripts/tools/tritonserver, which installs it."""
+def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Path, timeout: float = 900,
+          workers: str = "1") -> Server:
+    """`timeout` covers the first use of scripts/tools/tritonserver, which installs it; `workers`:
+    toolkit serve's --workers (N or auto)."""
     port, grpc_port = free_port(), free_port()
     if kind == TOOLKIT:
         command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--grpc-port",
-                   str(grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level", "warning"]
+                   str(grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level", "warning",
+                   "--workers", str(workers)]
     else:
         command = [str(TRITONSERVER), "serve", str(repo), "--http-port", str(port), "--grpc-port", str(grpc_port),
                    "--metrics-port", "0", "--ort-threads", str(ort_threads)]
@@ -103,7 +106,7 @@ def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Pa
                                    start_new_session=True)
     server = Server(kind, process, port, log, grpc_port)
     deadline = time.monotonic() + timeout
-    while not _ready(port):
+    while not all(_ready(port) for _ in range(8)):  # with workers, each new connection may reach another
         if process.poll() is not None:
             raise RuntimeError(f"{kind} server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         if time.monotonic() > deadline:

@@ -58,12 +58,35 @@ async def _body_chunks(receive: Receive) -> AsyncIterator[bytes]:
             raise ClientDisconnect()
 
 
-async def _send_reply(send: Send, reply: InferReply) -> None:
-    # The headers Starlette's Response writes, in its order: given ones, content-length, content-type.
+def infer_target(scope: Scope) -> tuple[str, int | None] | None:
+    """(model, version) when `scope` is an inference request the fast path serves: `POST
+    /v2/models/{name}[/versions/{v}]/infer` without a query string; None for anything else."""
+    if scope["type"] != "http" or scope["method"] != "POST" or scope.get("query_string"):
+        return None
+    match = _INFER_PATH.fullmatch(_route_path(scope))
+    if match is None:
+        return None
+    version = match.group(2)
+    return match.group(1), None if version is None else int(version)
+
+
+def internal_error_reply(scope: Scope, exc: Exception) -> InferReply:
+    """As the app's exception handler: log it, never send it."""
+    log.error("internal error serving %s %s", scope["method"], scope["path"], exc_info=exc)
+    return InferReply(500, orjson.dumps({"error": f"internal error: {type(exc).__name__}"}),
+                      {"content-type": "application/json"})
+
+
+def reply_headers(reply: InferReply) -> list[tuple[bytes, bytes]]:
+    """The headers Starlette's Response writes, in its order: given ones, content-length, content-type."""
     headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers.items() if k != "content-type"]
     headers.append((b"content-length", str(len(reply.body)).encode("latin-1")))
     headers.append((b"content-type", reply.headers["content-type"].encode("latin-1")))
-    await send({"type": "http.response.start", "status": reply.status, "headers": headers})
+    return headers
+
+
+async def _send_reply(send: Send, reply: InferReply) -> None:
+    await send({"type": "http.response.start", "status": reply.status, "headers": reply_headers(reply)})
     await send({"type": "http.response.body", "body": reply.body})
 
 
@@ -71,29 +94,24 @@ class RuntimeApp(FastAPI):
     """FastAPI with the inference fast path (see the module doc)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("query_string"):
-            match = _INFER_PATH.fullmatch(_route_path(scope))
-            if match is not None:
-                await self._infer(match, scope, receive, send)
-                return
+        target = infer_target(scope)
+        if target is not None:
+            await self._infer(target, scope, receive, send)
+            return
         await super().__call__(scope, receive, send)
 
-    async def _infer(self, match: re.Match[str], scope: Scope, receive: Receive, send: Send) -> None:
-        name, version = match.group(1), match.group(2)
+    async def _infer(self, target: tuple[str, int | None], scope: Scope, receive: Receive, send: Send) -> None:
         try:
             reply = await run_infer(
                 self.state.repository,
-                name,
-                None if version is None else int(version),
+                *target,
                 InferHeaders.from_raw(scope["headers"]),
                 _body_chunks(receive),
             )
         except ClientDisconnect:
             return  # nobody to answer
-        except Exception as exc:  # as the app's exception handler: log it, never send it
-            log.exception("internal error serving %s %s", scope["method"], scope["path"])
-            reply = InferReply(500, orjson.dumps({"error": f"internal error: {type(exc).__name__}"}),
-                               {"content-type": "application/json"})
+        except Exception as exc:
+            reply = internal_error_reply(scope, exc)
         await _send_reply(send, reply)
 
 

@@ -118,6 +118,12 @@ def body_too_large(limit: int, size: int | None = None, *, inflated: bool = Fals
     )
 
 
+def check_body(body: bytes, limits: Limits) -> None:
+    """A body received whole (a Lambda event) within the limit, as `read_limited` decides it."""
+    if len(body) > limits.max_request_bytes:
+        raise limits.body_too_large()
+
+
 async def read_limited(chunks: AsyncIterator[bytes], limits: Limits) -> bytes:
     """Collect a streamed body, refusing it as soon as it passes the limit (memory stays bounded
     by the limit, whatever the client sends or declares)."""

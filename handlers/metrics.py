@@ -285,7 +285,11 @@ _UNTYPED = re.compile(rb"^# TYPE (\S+) untyped$", re.M)
 
 def exposition(registry: CollectorRegistry = REGISTRY) -> bytes:
     """The Prometheus text of every metric, counters typed `counter` without a `_total`."""
-    metrics = list(registry.collect())
+    return render(list(registry.collect()))
+
+
+def render(metrics: list[Metric]) -> bytes:
+    """The Prometheus text of collected metrics (`exposition`; handlers/workers sums workers' first)."""
     counters = {m.name.encode() for m in metrics if isinstance(m, CounterMetric)}
     text = generate_latest(_Collected(metrics))
     return _UNTYPED.sub(lambda m: b"# TYPE " + m[1] + b" counter" if m[1] in counters else m[0], text)

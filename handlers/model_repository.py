@@ -29,6 +29,7 @@ from .metrics import ModelMetrics
 from .statistics import ModelStatistics
 from .streaming import ResponseSink, ResponseStream
 from .warmup import warm_up, warmup_samples
+from .workers.plan import WorkerSlot
 
 log = logging.getLogger("handlers.models")
 
@@ -168,10 +169,13 @@ class ModelRepository:
         no_queue_delay: bool = False,
         serial: bool = False,
         cpu_plan: cpu_budget.CpuPlan | None = None,
+        worker: WorkerSlot | None = None,
     ) -> None:
         """`serial`: one request at a time (AWS Lambda), which the CPU budget counts on;
         `cpu_plan`: the instances' CPU threads (default: this container's CPUs divided among
-        every instance, handlers/cpu_budget.py)."""
+        every instance, handlers/cpu_budget.py); `worker`: this process is one of several workers and
+        creates only its share of every model's instances (handlers/workers: the plan still
+        counts every instance, so the threads of all workers add up to the CPUs)."""
         self.manifest = manifest
         self.no_queue_delay = no_queue_delay
         self.cpu_plan = cpu_plan or cpu_budget.plan(manifest.models.values(), cpu_budget.available_cpus(),
@@ -179,6 +183,8 @@ class ModelRepository:
         self.models: dict[str, dict[int, LoadedModel]] = {
             name: {v: LoadedModel(spec, v) for v in spec.versions} for name, spec in manifest.models.items()
         }
+        self.worker = worker
+        self.peers: Any = None  # handlers.workers.peers.Peers when this process is one of several workers
         self._loaded = threading.Event()
         for backend in sorted({spec.backend for spec in manifest.models.values()} - {ENSEMBLE}):
             module = backend_module(backend)
@@ -224,8 +230,10 @@ class ModelRepository:
                 )
             factory = module.create_instance
             model.load_labels()
-            slots = [dataclasses.replace(s, threads=self.cpu_plan.threads_for(model.name, s))
-                     for s in instance_slots(model.spec.config)]
+            slots = instance_slots(model.spec.config)
+            if self.worker is not None:
+                slots = self.worker.mine(slots)
+            slots = [dataclasses.replace(s, threads=self.cpu_plan.threads_for(model.name, s)) for s in slots]
             with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
                 model.instances = list(pool.map(lambda s: factory(model.spec, model.version, s), slots))
                 model.load_seconds = time.perf_counter() - started

@@ -79,7 +79,7 @@ def _decode_bytes_elements(raw: bytes, count: int, source: str) -> np.ndarray:
 def _data_file(spec: ModelSpec, filename: str) -> Path:
     """`input_data_file` inside the model's `warmup/` folder, joined as Triton's JoinPath does (a
     leading '/' does not make it absolute). One that leads outside the folder ('..', symlinks) is
-    refused, as the compiler refuses it (toolkit/repository/warmup.py)."""
+    refused, as the compiler refuses it (handlers/config/warmup.py)."""
     folder = (spec.directory / WARMUP_FOLDER).resolve()
     path = (folder / filename.lstrip("/")).resolve()
     if not path.is_relative_to(folder):

@@ -187,6 +187,9 @@ def test_lambda_image_runs_as_lambda_runs_it(engine: dict[str, str], tmp_path: P
     cold = report["cold_start"]  # measured under the RIE: its INIT REPORT is part of the total
     assert cold["measured"] and "AWS Lambda RIE" in cold["how"], cold
     assert 0 < cold["init_seconds"] < cold["seconds"], cold
+    (backend,) = report["backends"]  # what ONNX Runtime adds, and its models' share of the cold start (/metrics)
+    assert backend["backends"] == ["onnxruntime"] and set(backend["distributions"]) == {"onnxruntime"}
+    assert 0 < backend["ready_seconds"] < cold["seconds"], backend
 
     port = free_port()
     process = subprocess.Popen(

@@ -239,6 +239,52 @@ def test_cpu_budget_hook_reports_explicit_inference_threads_per_instance(repo):
     assert backend.explicit_threads(explicit) == 2
 
 
+def test_cpu_budget_share_sets_inference_threads_unless_the_config_does(repo):
+    """Unset, the compiled model gets its instances' budget shares together; the config's
+    INFERENCE_NUM_THREADS wins over the budget."""
+    add_sub_model(repo, config=ADD_SUB + "instance_group [ { count: 2 kind: KIND_CPU } ]\n")
+    spec = spec_of(repo, "add_sub")
+    made = [backend.create_instance(spec, 1, InstanceSlot(f"add_sub_{i}", "KIND_CPU", 0, threads=1)) for i in range(2)]
+    try:
+        assert made[0].compiled.get_property("INFERENCE_NUM_THREADS") == 2
+    finally:
+        for instance in made:
+            instance.close()
+    explicit = ModelSpec(**{**spec.__dict__, "config": {**spec.config, "parameters": {
+        "INFERENCE_NUM_THREADS": {"string_value": "1"}}}})
+    (instance,) = [backend.create_instance(explicit, 1, InstanceSlot("add_sub_0", "KIND_CPU", 0, threads=3))]
+    try:
+        assert instance.compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    finally:
+        instance.close()
+
+
+def test_instances_warming_up_together_finish(repo):
+    """Two instances' first inferences at once (as warmup runs them) both finish: pybind11's
+    one-time numpy initialisation deadlocked when two threads reached it together."""
+    import concurrent.futures
+    import subprocess
+    import sys
+
+    add_sub_model(repo, config=ADD_SUB + "instance_group [ { count: 2 kind: KIND_CPU } ]\n")
+    # a fresh process each time: the initialisation happens once per process
+    script = f"""
+import sys, concurrent.futures
+sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parent.parent)]!r}
+import test_openvino_backend as t
+from pathlib import Path
+made = t.instances(t.spec_of(Path({str(repo)!r}), "add_sub"), 2)
+requests = [[t.InferRequest("add_sub", 1, t.feeds(2, seed=i), id=str(i), batch_size=2)] for i in range(2)]
+with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    outcomes = list(pool.map(lambda pair: pair[0].execute(pair[1]), zip(made, requests)))
+assert all(isinstance(o[0], t.InferResponse) for o in outcomes), outcomes
+print("ok")
+"""
+    for attempt in range(6):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def test_batch_padding_compiles_for_max_batch_size_and_pads(repo):
     add_sub_model(repo, config=ADD_SUB + 'parameters { key: "ENABLE_BATCH_PADDING" value: { string_value: "YES" } }\n')
     (instance,) = instances(spec_of(repo, "add_sub"))

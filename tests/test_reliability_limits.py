@@ -215,7 +215,7 @@ def test_model_names_cannot_reach_files(server, path):
 def test_warmup_and_label_files_cannot_leave_the_model_directory(tmp_path):
     """The runtime joins `input_data_file` and `label_filename` as Triton's JoinPath does (a
     leading '/' stays inside the model directory) and refuses what resolves outside it, like the
-    compiler (toolkit/repository/warmup.py; tests/test_validation_oracle.py covers the compile
+    compiler (handlers/config/warmup.py; tests/test_validation_oracle.py covers the compile
     side of warmup files)."""
     from handlers.manifest import ModelSpec
     from handlers.model_repository import LoadedModel

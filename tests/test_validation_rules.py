@@ -194,8 +194,14 @@ def test_sequence_batching_controls_are_checked_before_refusing_the_model(repo):
     "header, unsupported",
     [
         ('name: "m"\nbackend: "tensorrt"\n', "backend 'tensorrt' (platform 'tensorrt_plan')"),
-        ('name: "m"\nplatform: "pytorch_libtorch"\n', "backend 'pytorch' (platform 'pytorch_libtorch')"),
+        ('name: "m"\nplatform: "tensorrt_plan"\n', "export the source model to ONNX"),
+        ('name: "m"\nbackend: "vllm"\n', "backend 'vllm'"),
+        ('name: "m"\nbackend: "vllm"\n', "vllm serve"),
+        ('name: "m"\nbackend: "tensorrtllm"\n', "deploy them with Triton on a GPU service"),
+        ('name: "m"\nbackend: "dali"\n', "backend 'dali'"),
+        ('name: "m"\nbackend: "dali"\n', "in front of the model, in an ensemble"),
         ('name: "m"\nplatform: "tensorflow_savedmodel"\n', "backend 'tensorflow'"),
+        ('name: "m"\nplatform: "tensorflow_graphdef"\n', "convert the model to ONNX (tf2onnx)"),
         ('name: "m"\nbackend: "python"\nparameters { key: "EXECUTION_ENV_PATH" value { string_value: "x.tar.gz" } }\n', "requirements.txt"),
     ],
 )

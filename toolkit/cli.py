@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -100,9 +102,28 @@ def _error_lines(name: str, error) -> list[str]:
 def _print_error(name: str, error) -> None:
     label = "[yellow]unsupported:[/yellow]" if error.unsupported else "[red]error:[/red]"
     first, *rest = _error_lines(name, error)
-    err_console.print(f"{label} {first}", highlight=False, soft_wrap=True, markup=True)
+    err_console.print(f"{label} {escape(first)}", highlight=False, soft_wrap=True, markup=True)
     for line in rest:
         err_console.print(line, highlight=False, soft_wrap=True, markup=False, style="dim")
+
+
+def _backends_needed(result) -> dict[str, list[str]]:
+    """The backends the repository's valid models use -> the frameworks they put into an image
+    for the device (toolkit/build/runtime_deps.py)."""
+    from .build.runtime_deps import CUDA_LINES, DEFAULT_CUDA_MAJOR, backend_requirements, runtime_backends
+
+    gpu = result.device.kind == "gpu"
+    cuda = CUDA_LINES[DEFAULT_CUDA_MAJOR] if gpu else None
+    try:  # with onnxruntime's OpenVINO accelerator ("onnxruntime+openvino")
+        keys = runtime_backends((m.config for m in result.models.values()), gpu=gpu)
+    except ValueError:  # refused by the build with its message; list the models' backends
+        keys = {m.backend for m in result.models.values()}
+    requirements = {key: backend_requirements(key, cuda) for key in keys}
+    superseded = {name for found in requirements.values() for r in found for name in r.supersedes}
+    return {
+        key: [r.spec for r in found if r.imports and r.name not in superseded]
+        for key, found in sorted(requirements.items())
+    }
 
 
 def _model_json(result, name: str) -> dict:
@@ -170,6 +191,7 @@ def validate(
             "ok": result.ok,
             "cpu_budget": cpu_plan.as_dict(),
             "models": [_model_json(result, name) for name in sorted(result.selected)],
+            "backends": _backends_needed(result),
         }
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         raise typer.Exit(0 if result.ok else 1)
@@ -192,12 +214,16 @@ def validate(
         else:
             table.add_row(name, "-", "-", "-", "-", "-", status)
     console.print(table, crop=False)
+    needed = _backends_needed(result)
+    if needed:
+        listed = ", ".join(f"{b} ({', '.join(specs)})" if specs else b for b, specs in needed.items())
+        console.print(f"backends needed: {listed}", highlight=False, soft_wrap=True)
     if result.models:
         console.print(cpu_plan.summary(), highlight=False, soft_wrap=True)
     for name in names:
         if name in result.models:
             for warning in result.models[name].warnings:
-                err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False, soft_wrap=True)
+                err_console.print(f"[yellow]warning:[/yellow] {name}: {escape(warning)}", highlight=False, soft_wrap=True)
     for name in names:
         if name in result.failures:
             _print_error(name, result.failures[name])
@@ -226,7 +252,7 @@ def config(
         raise typer.Exit(1)
     compiled = result.models[model_name]
     for warning in compiled.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {warning}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {model_name}: {escape(warning)}", highlight=False, soft_wrap=True)
     sys.stdout.write(json.dumps(compiled.config, indent=2) + "\n")
 
 
@@ -265,6 +291,9 @@ def serve(
         typer.Option("--exit-on-error/--no-exit-on-error", help="Fail at startup if a model fails to load (tritonserver's default)"),
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
+    workers: Annotated[
+        str, typer.Option("--workers", help="Server processes on the same ports, each with its share of every model's instances: N or auto (docs/performance.md)")
+    ] = "1",
 ) -> None:
     """Serve a repository locally with the same runtime the images run: v2 REST on 8000, gRPC on 8001
     and metrics on 8002, like tritonserver."""
@@ -274,6 +303,8 @@ def serve(
     from handlers.entrypoints.server import serve as run_server
     from handlers.manifest import Manifest
     from handlers.model_repository import ModelRepository
+    from handlers.workers.plan import worker_count
+    from handlers.workers.supervisor import supervise
 
     for option, value in (("--http-port", port), ("--grpc-port", grpc_port), ("--metrics-port", metrics_port)):
         if value is not None and not 0 <= value <= 65535:
@@ -300,11 +331,12 @@ def serve(
         raise typer.Exit(1)
     for name, compiled in sorted(result.models.items()):
         for warning in compiled.warnings:
-            err_console.print(f"[yellow]warning:[/yellow] {name}: {warning}", highlight=False)
+            err_console.print(f"[yellow]warning:[/yellow] {name}: {escape(warning)}", highlight=False)
     manifest = Manifest.from_dict(result.manifest(), root=result.root)
     try:
         repository = ModelRepository(manifest)
-    except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs
+        count = worker_count(manifest, workers, repository.cpu_plan.cpus.cpus)
+    except ValueError as exc:  # e.g. TOOLKIT_CPUS that is not a number of CPUs, too many workers
         err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
@@ -312,6 +344,14 @@ def serve(
         where = ", ".join(str(listener) for listener in listeners)
         err_console.print(f"serving {len(manifest.models)} model(s) from {result.root}: {where}", highlight=False, soft_wrap=True)
 
+    if count > 1:
+        with tempfile.TemporaryDirectory(prefix="toolkit-serve-") as folder:
+            manifest_path = Path(folder) / "models.json"
+            manifest_path.write_text(json.dumps(result.manifest()))
+            raise typer.Exit(supervise(
+                manifest_path, result.root, count, host, port, grpc_port=grpc_port, metrics_port=metrics_port,
+                exit_on_error=exit_on_error, log_level=log_level, on_listening=listening,
+            ))
     raise typer.Exit(run_server(
         repository, host, port, grpc_port=grpc_port, metrics_port=metrics_port, exit_on_error=exit_on_error,
         log_level=log_level, on_listening=listening,
@@ -382,14 +422,14 @@ def build(
         err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except BuildError as exc:
-        err_console.print(f"[red]error:[/red] {exc.message}", highlight=False, soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(exc.message)}", highlight=False, soft_wrap=True)
         if exc.detail and (quiet or not exc.streamed):
             err_console.print(exc.detail, style="dim", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1) from None
     report = result.report
     report.render(console)
     for warning in report.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     err_console.print(f"report: {result.report_path}", highlight=False)
     if report.image is None:
         console.print("context written; build it with:", highlight=False)

@@ -23,9 +23,11 @@ from types import ModuleType
 
 # Triton backend name -> the module serving it (ensembles are scheduled by the repository itself).
 BACKEND_MODULES: dict[str, str] = {
+    "fil": "handlers.backends.fil",
     "onnxruntime": "handlers.backends.onnxruntime",
     "openvino": "handlers.backends.openvino",
     "python": "handlers.backends.python",
+    "pytorch": "handlers.backends.pytorch",
 }
 
 

@@ -15,9 +15,9 @@ any other file OpenVINO reads, e.g. `default_model_filename: "model.onnx"`. As i
   reads them, with its messages for values it refuses;
 - KIND_CPU instances only;
 - CPU threads: INFERENCE_NUM_THREADS where the config sets it (the CPU budget's
-  `explicit_threads` hook reports each instance's part); otherwise OpenVINO's default (every
-  core), as in Triton: the budget's share is not applied yet (setting it made warmup hang in a
-  `toolkit serve` process; to be investigated).
+  `explicit_threads` hook reports each instance's part); otherwise the CPU budget's shares of
+  the version's instances together (handlers/cpu_budget.py), where Triton leaves OpenVINO's
+  default (every core).
 
 Batching (max_batch_size > 0): the backend compiles the model for exactly max_batch_size and
 fails every execution of another batch size unless ENABLE_BATCH_PADDING pads it. Here the batch
@@ -423,6 +423,8 @@ class _Compiled:
 
 
 _compiled: dict[tuple, _Compiled] = {}
+_first_inference = threading.Lock()
+_primed = False  # an inference has completed in this process (see OpenVINOInstance._infer)
 _compiled_lock = threading.Lock()
 _key_locks: dict[tuple, threading.Lock] = {}
 
@@ -486,6 +488,17 @@ def _cache_key(spec: ModelSpec, version: int) -> tuple:
     return (str(spec.directory), spec.name, version, json.dumps(spec.config, sort_keys=True))
 
 
+def _version_threads(spec: ModelSpec, share: int | None) -> int | None:
+    """INFERENCE_NUM_THREADS for a version's compiled model from the CPU budget: its instances'
+    shares together (they run on the one compiled model), or None where the config sets the
+    parameter (explicit parameters win) or no plan applies."""
+    if share is None or _parameter(spec.config, "INFERENCE_NUM_THREADS").strip():
+        return None
+    from ..instance_group import instance_slots
+
+    return share * max(1, len(instance_slots(spec.config)))
+
+
 def _acquire(spec: ModelSpec, version: int, share: int | None = None) -> tuple[tuple, _Compiled]:
     key = _cache_key(spec, version)
     with _compiled_lock:
@@ -495,7 +508,7 @@ def _acquire(spec: ModelSpec, version: int, share: int | None = None) -> tuple[t
             entry = _compiled.get(key)
         if entry is None:
             try:
-                entry = compile_model(spec, version)
+                entry = compile_model(spec, version, _version_threads(spec, share))
             except OpenVINOError as exc:
                 raise ModelLoadError(exc.message) from None
             with _compiled_lock:
@@ -610,8 +623,7 @@ class OpenVINOInstance:
         names = requested_output_names(requests, self._output_names)
         input_end = time.monotonic_ns()
         try:
-            result = self.request.infer(feeds, share_inputs=True)
-            arrays = {name: result[self._ports[name]] for name in names}
+            arrays = self._infer(feeds, names)
         except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError and its own types
             return [internal(f"openvino error in running inference : {ov_message(exc)}")] * len(requests)
         infer_end = time.monotonic_ns()
@@ -637,6 +649,22 @@ class OpenVINOInstance:
             request.compute_infer_end_ns = infer_end
             request.compute_end_ns = end
         return outcomes
+
+    def _infer(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        global _primed
+        if not _primed:
+            # The process's first inference runs alone: pybind11 initialises its numpy API on the
+            # first array OpenVINO converts, and two threads doing that at once deadlock (one
+            # waits for the GIL inside the one-time initialisation, the other holds the GIL
+            # waiting for it; seen as two instances warming up together never finishing).
+            with _first_inference:
+                if not _primed:
+                    result = self.request.infer(feeds, share_inputs=True)
+                    arrays = {name: result[self._ports[name]] for name in names}
+                    _primed = True
+                    return arrays
+        result = self.request.infer(feeds, share_inputs=True)
+        return {name: result[self._ports[name]] for name in names}
 
     def _finish(self, name: str, array: np.ndarray, batch: int | None) -> np.ndarray:
         dims = self._output_reshape.get(name)

@@ -14,6 +14,8 @@ Environment:
   TOOLKIT_LOG_LEVEL      default info
   TOOLKIT_MAX_REQUEST_BYTES, TOOLKIT_MAX_TENSOR_ELEMENTS  request limits (413 above them;
                          docs/runtime.md)
+  TOOLKIT_WORKERS        server processes on $PORT, each with its share of every model's
+                         instances: N or "auto" (default 1; handlers/workers, docs/performance.md)
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 
 from ..manifest import Manifest
 from ..model_repository import ModelRepository
+from ..workers.plan import WORKERS_ENV, WorkerPlanError, worker_count
+from ..workers.supervisor import supervise
 from .server import serve
 
 DEFAULT_MANIFEST = "/opt/toolkit/models.json"
@@ -34,22 +38,30 @@ def main() -> int:
     level = os.environ.get("TOOLKIT_LOG_LEVEL", "info")
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root = os.environ.get("TOOLKIT_MODEL_ROOT")
-    manifest = Manifest.load(Path(os.environ.get("TOOLKIT_MANIFEST", DEFAULT_MANIFEST)), Path(root) if root else None)
+    manifest_path = Path(os.environ.get("TOOLKIT_MANIFEST", DEFAULT_MANIFEST))
+    manifest = Manifest.load(manifest_path, Path(root) if root else None)
     repository = ModelRepository(manifest)
+    try:
+        workers = worker_count(manifest, os.environ.get(WORKERS_ENV, "1"), repository.cpu_plan.cpus.cpus)
+    except WorkerPlanError as exc:
+        logging.getLogger("handlers.container").error("%s: %s", WORKERS_ENV, exc)
+        return 2
     protocol = os.environ.get("TOOLKIT_PROTOCOL", "http").strip().lower() or "http"
     if protocol not in ("http", "grpc"):
         logging.getLogger("handlers.container").error("TOOLKIT_PROTOCOL must be http or grpc, got %r", protocol)
         return 2
     port = int(os.environ.get("PORT", "8080"))
-    return serve(
-        repository,
-        host=os.environ.get("TOOLKIT_HOST", "0.0.0.0"),
-        port=port if protocol == "http" else None,
+    options = dict(
         grpc_port=port if protocol == "grpc" else None,
         exit_on_error=os.environ.get("TOOLKIT_EXIT_ON_ERROR", "1") != "0",
         graceful_seconds=float(os.environ.get("TOOLKIT_GRACEFUL_SECONDS", "9")),
         log_level=level,
     )
+    host = os.environ.get("TOOLKIT_HOST", "0.0.0.0")
+    if workers > 1:
+        return supervise(manifest_path, Path(root) if root else None, workers, host, port if protocol == "http" else None,
+                         **options)
+    return serve(repository, host=host, port=port if protocol == "http" else None, **options)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,16 @@ Batching on Lambda: one execution environment serves one request at a time, so r
 meet in a queue; the batcher runs with no queue delay (waiting could only add latency) and a
 request's own batch is executed as one batch.
 
+Inference requests take a direct path (`LambdaHandler._direct`): Mangum still reads the event
+(its handler for the event's kind gives the ASGI scope and the body) and writes the result (the
+same handler formats the response), but in between the request goes straight to the runtime
+(`routes.run_infer_sync`, the steps of the HTTP fast path in handlers/app.py) on the invoking
+thread, without an event loop, an ASGI cycle or a hand-off back to a loop. Only requests the HTTP
+fast path serves take it (`POST /v2/models/M[/versions/V]/infer`, no query string); everything
+else goes through Mangum and the app. tests/test_lambda_direct_path.py checks both give the same
+response, event for event; bench/lambda_overhead.py measures what it saves
+(docs/aws-lambda.md). `TOOLKIT_LAMBDA_DIRECT=0` turns it off.
+
 Limits: Lambda refuses a request or response payload over 6 MB (synchronous invocation) before or
 after the handler runs. Requests over it never reach us (docs/aws-lambda.md); responses are
 checked here, after base64, and replaced by a clear 413 error instead of Lambda's opaque failure.
@@ -28,9 +38,10 @@ from typing import Any
 
 from mangum import Mangum
 
-from ..app import create_app
+from ..app import create_app, infer_target, internal_error_reply, reply_headers
 from ..manifest import Manifest
 from ..model_repository import ModelRepository
+from ..protocol.routes import InferHeaders, run_infer_sync
 
 log = logging.getLogger("handlers.aws_lambda")
 
@@ -38,6 +49,7 @@ log = logging.getLogger("handlers.aws_lambda")
 # document; keep headroom for the status line, headers and JSON framing around the body.
 RESPONSE_LIMIT_BYTES = 6 * 1024 * 1024
 ENVELOPE_RESERVE_BYTES = 16 * 1024
+DIRECT_ENV = "TOOLKIT_LAMBDA_DIRECT"
 
 
 def _manifest_path() -> Path:
@@ -52,21 +64,27 @@ def _manifest_path() -> Path:
 class LambdaHandler:
     """Callable Lambda handler over one loaded repository."""
 
-    def __init__(self, repository: ModelRepository) -> None:
+    def __init__(self, repository: ModelRepository, *, direct: bool | None = None) -> None:
+        """`direct`: inference requests skip the ASGI cycle (the module doc); default: on unless
+        TOOLKIT_LAMBDA_DIRECT=0."""
         self.repository = repository
         self.app = create_app(repository, streaming=False)  # Mangum returns one buffered response
         self._mangum = Mangum(self.app, lifespan="off")
+        self.direct = os.environ.get(DIRECT_ENV, "1") != "0" if direct is None else direct
         self.invocations = 0
+        self.direct_invocations = 0
 
     @classmethod
-    def from_manifest(cls, manifest: Manifest, *, exit_on_error: bool = True) -> "LambdaHandler":
+    def from_manifest(cls, manifest: Manifest, *, exit_on_error: bool = True, direct: bool | None = None) -> "LambdaHandler":
         repository = ModelRepository(manifest, no_queue_delay=True, serial=True)
         repository.load(exit_on_error=exit_on_error)
-        return cls(repository)
+        return cls(repository, direct=direct)
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         self.invocations += 1
-        response = self._mangum(event, context)
+        response = self._direct(event, context) if self.direct else None
+        if response is None:
+            response = self._mangum(event, context)
         body = response.get("body") or ""
         if len(body) > RESPONSE_LIMIT_BYTES - ENVELOPE_RESERVE_BYTES:
             encoded = "base64" if response.get("isBase64Encoded") else "text"
@@ -83,6 +101,26 @@ class LambdaHandler:
                 "isBase64Encoded": False,
             }
         return response
+
+    def _direct(self, event: dict[str, Any], context: Any) -> dict[str, Any] | None:
+        """The response to an inference request, or None for anything the direct path leaves to
+        Mangum (see the module doc)."""
+        if not isinstance(event, dict):
+            return None
+        try:
+            handler = self._mangum.infer(event, context)
+        except RuntimeError:  # not an HTTP event: Mangum says so
+            return None
+        scope = handler.scope
+        target = infer_target(scope)
+        if target is None:
+            return None
+        self.direct_invocations += 1
+        try:
+            reply = run_infer_sync(self.repository, *target, InferHeaders.from_raw(scope["headers"]), handler.body)
+        except Exception as exc:
+            reply = internal_error_reply(scope, exc)
+        return handler({"status": reply.status, "headers": reply_headers(reply), "body": reply.body})
 
     @classmethod
     def from_environment(cls) -> "LambdaHandler":

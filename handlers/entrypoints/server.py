@@ -25,8 +25,10 @@ from typing import Any
 
 import uvicorn
 
-from .. import metrics
+from .. import metrics, workers
 from ..app import create_app
+from ..errors import InferenceError
+from ..protocol.codec import encode_error
 from ..model_repository import ModelRepository
 
 log = logging.getLogger("handlers.server")
@@ -50,12 +52,24 @@ def _fastest(module: str, fallback: str) -> str:
     return module
 
 
-async def _metrics_app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
-    """tritonserver's metrics port: `GET /metrics`, nothing else."""
+def _metrics_app(repository: ModelRepository | None = None) -> Callable[..., Awaitable[None]]:
+    """tritonserver's metrics port: `GET /metrics`, nothing else (summed over the workers when
+    this process is one of several: handlers/workers)."""
+
+    async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
+        await _serve_metrics(repository, scope, send)
+
+    return app
+
+
+async def _serve_metrics(repository: ModelRepository | None, scope: dict[str, Any], send: Callable[[Any], Awaitable[None]]) -> None:
     if scope["type"] != "http":
         return
     if scope["path"] == "/metrics" and scope["method"] in ("GET", "HEAD"):
-        status, body, content_type = 200, metrics.exposition(), metrics.CONTENT_TYPE
+        try:
+            status, body, content_type = 200, await workers.exposition(repository), metrics.CONTENT_TYPE
+        except InferenceError as error:  # a worker did not answer
+            status, body, content_type = error.http_status, encode_error(error), "application/json"
     else:
         status, body, content_type = 404, b'{"error":"Not Found"}', "application/json"
     await send({
@@ -81,15 +95,21 @@ class Listener:
         return f"{self.kind} {scheme}{host}:{self.port}{suffix}"
 
 
-def _bind(host: str, port: int, kind: str) -> socket.socket:
+def _bind(host: str, port: int, kind: str, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
+    """`reuse_port`: share the port with the other workers (SO_REUSEPORT: the kernel spreads the
+    connections across the processes listening on it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
         raise OSError(f"cannot listen for {kind} on {host}:{port}: {exc.strerror or exc}") from None
+    if not listen:
+        return sock
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -106,10 +126,12 @@ def serve(
     graceful_seconds: float = 30.0,
     log_level: str = "info",
     on_listening: Callable[[list[Listener]], None] | None = None,
+    reuse_port: bool = False,
 ) -> int:
     """Serve until SIGTERM/SIGINT; returns the process exit status. A port of None or 0 turns
-    that listener off; `on_listening` gets the listeners once they are open."""
-    runner = _Runner(repository, host, exit_on_error, graceful_seconds, log_level)
+    that listener off; `on_listening` gets the listeners once they are open; `reuse_port`: this
+    process is one of several workers on the same ports (handlers/workers)."""
+    runner = _Runner(repository, host, exit_on_error, graceful_seconds, log_level, reuse_port)
     try:
         sockets = runner.bind(port, grpc_port, metrics_port)
     except OSError as exc:
@@ -125,8 +147,10 @@ def serve(
 
 
 class _Runner:
-    def __init__(self, repository: ModelRepository, host: str, exit_on_error: bool, graceful_seconds: float, log_level: str) -> None:
+    def __init__(self, repository: ModelRepository, host: str, exit_on_error: bool, graceful_seconds: float, log_level: str,
+                 reuse_port: bool = False) -> None:
         self.repository = repository
+        self.reuse_port = reuse_port
         self.host = host
         self.exit_on_error = exit_on_error
         self.graceful_seconds = graceful_seconds
@@ -142,9 +166,9 @@ class _Runner:
         sockets: dict[str, socket.socket] = {}
         try:
             if port:
-                sockets["HTTP"] = _bind(self.host, port, "HTTP")
+                sockets["HTTP"] = _bind(self.host, port, "HTTP", reuse_port=self.reuse_port)
             if metrics_port:
-                sockets["metrics"] = _bind(self.host, metrics_port, "metrics")
+                sockets["metrics"] = _bind(self.host, metrics_port, "metrics", reuse_port=self.reuse_port)
         except OSError:
             for sock in sockets.values():
                 sock.close()
@@ -169,10 +193,13 @@ class _Runner:
         loop = asyncio.get_running_loop()
         self.stopping = asyncio.Event()
         tasks: list[asyncio.Task[Any]] = []
+        peers = self.repository.peers
+        if peers is not None:
+            await peers.start()  # before any listener: the others may ask as soon as they serve
         if self.grpc_port:
             from ..protocol.grpc.server import GrpcServer
 
-            self.grpc = GrpcServer(self.repository, self.host, self.grpc_port)
+            self.grpc = GrpcServer(self.repository, self.host, self.grpc_port, reuse_port=self.reuse_port)
             try:
                 bound = await self.grpc.start()
             except OSError as exc:
@@ -182,7 +209,7 @@ class _Runner:
                 return 1
             self.listeners.append(Listener("gRPC", self.host, bound))
         for kind, sock in sockets.items():
-            server = self._uvicorn(create_app(self.repository) if kind == "HTTP" else _metrics_app, sock)
+            server = self._uvicorn(create_app(self.repository) if kind == "HTTP" else _metrics_app(self.repository), sock)
             self.http.append(server)
             tasks.append(asyncio.ensure_future(server.serve(sockets=[sock])))
             self.listeners.append(Listener(kind, self.host, sock.getsockname()[1]))
@@ -209,6 +236,8 @@ class _Runner:
                     loop.remove_signal_handler(sig)
             await asyncio.to_thread(loader.join)
             await asyncio.to_thread(self.repository.stop, drain=True, timeout=self.graceful_seconds)
+            if peers is not None:
+                await peers.close()
         if self.failure:
             log.error("%s", self.failure[0])
             return 1

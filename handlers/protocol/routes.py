@@ -25,9 +25,10 @@ from fastapi.responses import Response
 
 from .. import __version__
 from .. import limits
-from .. import metrics
+from .. import metrics, workers
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import ErrorCode, InferenceError
+from ..inference import InferRequest
 from ..model_repository import LoadedModel, ModelRepository, decoupled_error
 from .codec import decode_request, encode_error, encode_response
 from .compression import compress, decompress
@@ -332,7 +333,7 @@ async def health_live() -> Response:
     responses={200: _ok(None, "Every model is loaded and warmed up"), 400: {"description": "Not ready"}},
 )
 async def health_ready(request: Request) -> Response:
-    return Response(status_code=200 if _repository(request).ready() else 400)
+    return Response(status_code=200 if await workers.server_ready(_repository(request)) else 400)
 
 
 def server_metadata_document() -> dict[str, Any]:
@@ -348,13 +349,12 @@ async def server_metadata() -> Response:
 @router.get("/v2/models/stats", responses={200: _ok(_STATISTICS_SCHEMA)})
 async def all_statistics(request: Request) -> Response:
     repository = _repository(request)
-    stats = [
-        model.statistics.as_dict()
-        for name in sorted(repository.models)
-        for _, model in sorted(repository.models[name].items())
-        if model.ready
-    ]
-    return _json({"model_stats": stats})
+    models = [model for name in sorted(repository.models) for _, model in sorted(repository.models[name].items())
+              if model.ready]
+    try:
+        return _json({"model_stats": await workers.statistics(repository, models)})
+    except InferenceError as error:  # a worker did not answer
+        return error_response(error)
 
 
 @router.get("/v2/models/{model_name}", responses={200: _ok(_MODEL_METADATA_SCHEMA), **_MODEL_ERRORS})
@@ -468,6 +468,42 @@ def _error_reply(error: InferenceError) -> InferReply:
     return InferReply(error.http_status, encode_error(error), {"content-type": JSON})
 
 
+def _infer_target(repository: ModelRepository, model_name: str, model_version: int | None,
+                  headers: InferHeaders) -> LoadedModel:
+    """The addressed model version, ready, not decoupled, and a declared body within the limit
+    (before reading it)."""
+    model = repository.get(model_name, model_version)
+    if model.decoupled:  # tritonserver refuses before reading the body
+        raise decoupled_error()
+    if not model.ready:
+        raise model.not_ready_error()
+    limits.LIMITS.check_content_length(headers.content_length)
+    return model
+
+
+def _infer_request(model: LoadedModel, headers: InferHeaders, raw: bytes) -> InferRequest:
+    bounds = limits.LIMITS
+    body = decompress(raw, headers.content_encoding, bounds.max_request_bytes)
+    infer_request = decode_request(body, headers.header_length, model_name=model.name, model_version=model.version)
+    bounds.check_request(infer_request)
+    validate_request(model.spec.config, infer_request)
+    return infer_request
+
+
+def _ok_reply(payload: bytes, reply_headers: dict[str, str], headers: InferHeaders) -> InferReply:
+    payload, encoding = compress(payload, headers.accept_encoding)
+    if encoding:
+        reply_headers["content-encoding"] = encoding
+    reply_headers.setdefault("content-type", JSON)
+    return InferReply(200, payload, reply_headers)
+
+
+def _failed_reply(model_name: str, error: InferenceError) -> InferReply:
+    if error.http_status >= 500:  # the server's or the model's fault: the operator needs it
+        log.error("inference of model '%s' failed (%d): %s", model_name, error.http_status, error)
+    return _error_reply(error)
+
+
 async def run_infer(
     repository: ModelRepository,
     model_name: str,
@@ -477,34 +513,39 @@ async def run_infer(
 ) -> InferReply:
     """One inference request from its headers and body chunks to the reply (errors included).
 
-    Shared by the FastAPI route and the ASGI fast path (handlers/app.py), so both answer alike.
+    Shared by the FastAPI route and the ASGI fast path (handlers/app.py), so both answer alike;
+    `run_infer_sync` is the same steps for a body already whole, outside an event loop (Lambda).
     """
     try:
-        model = repository.get(model_name, model_version)
-        if model.decoupled:  # tritonserver refuses before reading the body
-            raise decoupled_error()
-        if not model.ready:
-            raise model.not_ready_error()
-        bounds = limits.LIMITS
-        bounds.check_content_length(headers.content_length)
-        raw = await limits.read_limited(chunks, bounds)
-        body = decompress(raw, headers.content_encoding, bounds.max_request_bytes)
-        infer_request = decode_request(
-            body, headers.header_length, model_name=model.name, model_version=model.version
-        )
-        bounds.check_request(infer_request)
-        validate_request(model.spec.config, infer_request)
+        model = _infer_target(repository, model_name, model_version, headers)
+        raw = await limits.read_limited(chunks, limits.LIMITS)
+        infer_request = _infer_request(model, headers, raw)
         response = await model.infer(infer_request)
         payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
     except InferenceError as error:
-        if error.http_status >= 500:  # the server's or the model's fault: the operator needs it
-            log.error("inference of model '%s' failed (%d): %s", model_name, error.http_status, error)
-        return _error_reply(error)
-    payload, encoding = compress(payload, headers.accept_encoding)
-    if encoding:
-        reply_headers["content-encoding"] = encoding
-    reply_headers.setdefault("content-type", JSON)
-    return InferReply(200, payload, reply_headers)
+        return _failed_reply(model_name, error)
+    return _ok_reply(payload, reply_headers, headers)
+
+
+def run_infer_sync(
+    repository: ModelRepository,
+    model_name: str,
+    model_version: int | None,
+    headers: InferHeaders,
+    body: bytes,
+) -> InferReply:
+    """`run_infer` for a whole body on a thread that runs no event loop (the Lambda handler's
+    direct path: handlers/entrypoints/lambda_handler.py); the request waits for its batch on this
+    thread."""
+    try:
+        model = _infer_target(repository, model_name, model_version, headers)
+        limits.check_body(body, limits.LIMITS)
+        infer_request = _infer_request(model, headers, body)
+        response = model.infer_sync(infer_request)
+        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
+    except InferenceError as error:
+        return _failed_reply(model_name, error)
+    return _ok_reply(payload, reply_headers, headers)
 
 
 @router.post("/v2/models/{model_name}/infer", **_INFER_DOC)
@@ -539,9 +580,9 @@ async def model_statistics(request: Request, model_name: str, model_version: int
             if not model.ready:
                 raise model.not_ready_error()
             models = [model]
+        return _json({"model_stats": await workers.statistics(repository, models)})
     except InferenceError as error:
         return error_response(error)
-    return _json({"model_stats": [m.statistics.as_dict() for m in models]})
 
 
 @router.get("/v2/models/{model_name}/versions/{model_version:int}/stats", responses=_MODEL_STATISTICS_RESPONSES)
@@ -586,5 +627,8 @@ async def model_control(request: Request, model_name: str) -> Response:
 
 
 @router.get("/metrics", responses={200: _ok({"type": "string"}, "Prometheus text format", "text/plain")})
-async def prometheus_metrics() -> Response:
-    return Response(metrics.exposition(), media_type=metrics.CONTENT_TYPE)
+async def prometheus_metrics(request: Request) -> Response:
+    try:
+        return Response(await workers.exposition(_repository(request)), media_type=metrics.CONTENT_TYPE)
+    except InferenceError as error:  # a worker did not answer
+        return error_response(error)

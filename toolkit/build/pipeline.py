@@ -34,7 +34,16 @@ from .builders import Builder, check_platform_buildable, detect_builder, printab
 from .context import ImagePlan, check_output, default_image_name, render_context, write_metadata
 from .errors import BuildError, BuildOptionError
 from .local_run import LocalLambda, free_port, run_service
-from .report import BuildReport, ColdStart, estimate_cold_start, model_entries, target_warnings
+from .footprint import backend_footprints
+from .report import (
+    BuildReport,
+    ColdStart,
+    add_ready_seconds,
+    backend_entries,
+    estimate_cold_start,
+    model_entries,
+    target_warnings,
+)
 from .runtime_deps import (
     CUDA_LINES,
     DEFAULT_CUDA_MAJOR,
@@ -212,10 +221,24 @@ def _model_requirements(compiled: CompiledRepository) -> list[ModelRequirements]
     return found
 
 
-def measure_cold_start(builder: Builder, image: str, ui: BuildUI, protocol: str = "http") -> ColdStart:
+def _metrics_text(url: str) -> str:
+    """The runtime's /metrics (each model's load and warmup seconds), or '' when it cannot be read."""
+    import http.client
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.read().decode("utf-8", "replace")
+    except (OSError, http.client.HTTPException):
+        return ""
+
+
+def measure_cold_start(builder: Builder, image: str, ui: BuildUI, protocol: str = "http") -> tuple[ColdStart, str]:
     """Start the image as Cloud Run would (read-only root, writable /tmp, non-root) and time it
     until it is ready (models loaded and warmed up): /v2/health/ready answers 200, or for a gRPC
-    image the grpc.health.v1 check answers SERVING."""
+    image the grpc.health.v1 check answers SERVING. Returns the cold start and the runtime's
+    /metrics text read right after (each model's share of it; '' for a gRPC image, whose one port
+    speaks gRPC only)."""
     port = free_port()
     ui.step(f"measuring cold start of {image}")
     start = time.monotonic()
@@ -230,7 +253,9 @@ def measure_cold_start(builder: Builder, image: str, ui: BuildUI, protocol: str 
             what = "container start to /v2/health/ready, this host"
         if ready is None:
             raise BuildError(f"{image} did not become ready within {READY_TIMEOUT_S:.0f} s", detail=builder.logs(container)[-3000:])
-        return ColdStart(round(time.monotonic() - start, 2), True, what)
+        seconds = round(time.monotonic() - start, 2)
+        metrics = "" if protocol == "grpc" else _metrics_text(f"http://127.0.0.1:{port}/metrics")
+        return ColdStart(seconds, True, what), metrics
     finally:
         builder.remove_container(container)
 
@@ -259,7 +284,7 @@ def wait_grpc_serving(address: str, timeout_s: float, alive) -> float | None:
     return None
 
 
-def measure_lambda_cold_start(builder: Builder, image: str, platform: str, ui: BuildUI) -> ColdStart:
+def measure_lambda_cold_start(builder: Builder, image: str, platform: str, ui: BuildUI) -> tuple[ColdStart, str]:
     """Run the image as Lambda does, under AWS's Lambda Runtime Interface Emulator (read-only
     root, /tmp tmpfs, an arbitrary non-root user), and time it from the engine's start to the
     answer to a Function URL event for /v2/health/ready; the init phase is the RIE's INIT REPORT."""
@@ -279,11 +304,19 @@ def measure_lambda_cold_start(builder: Builder, image: str, platform: str, ui: B
             raise BuildError(f"{image} is not ready under the Lambda RIE: {what}: {body[:500].decode(errors='replace')}",
                              detail=function.logs()[-3000:])
         reports = function.reports()
+        metrics = ""
+        try:  # each model's share of the cold start (the build report's backends)
+            status, headers, payload = function.invoke(json.dumps(request_event("GET", "/metrics")).encode(), 60)
+            answer = http_response(payload, headers.get("X-Amz-Function-Error")) if status == 200 else None
+            if answer is not None and answer.status == 200:
+                metrics = answer.body.decode("utf-8", "replace")
+        except (OSError, RuntimeError, TimeoutError):
+            pass
     init = round(reports.init_ms / 1000, 3) if reports.init_ms is not None else None
     how = f"container start to the first answer (init + first invoke) under {RIE_DESCRIPTION}, this host"
     if init is not None:
         how += f"; init {init:.2f} s (the RIE's INIT REPORT, Lambda's Init Duration)"
-    return ColdStart(round(seconds, 2), True, how, init_seconds=init)
+    return ColdStart(round(seconds, 2), True, how, init_seconds=init), metrics
 
 
 def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
@@ -347,13 +380,15 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         name=name, tag=tag, target=target.name, platform=plan.platform, base_image=base.reference, python=base.python,
         device=device, context=str(context.directory), context_digest=context.digest,
         repository_digest=context.repository_digest, builder=builder.name if builder else "none", build_command=command,
-        models=models, python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
+        models=models, backends=backend_entries(compiled, backend_footprints(runtime, wheelhouse, base)),
+        python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
         warnings=target_warnings(target, compiled, gpu_models), python_instance_mode=target.python_instance_mode,
     )
     if runtime.cuda is not None:
+        frameworks = [r.spec for requirements in runtime.backends.values() for r in requirements if r.imports]
         report.cuda = {
             "major": runtime.cuda.cuda_major, "min_driver": runtime.cuda.min_driver,
-            "onnxruntime": runtime.cuda.onnxruntime.spec, "note": runtime.cuda.note,
+            "frameworks": list(dict.fromkeys(frameworks)), "note": runtime.cuda.note,
         }
     if deferred:
         report.warnings.append(
@@ -394,10 +429,12 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     if options.measure_cold_start and not builder.can_run:
         ui.warn(f"{builder.name} cannot run the image: the cold start is estimated, not measured")
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
-    elif options.measure_cold_start and target.server:
-        report.cold_start = measure_cold_start(builder, reference, ui, options.protocol)
     elif options.measure_cold_start:
-        report.cold_start = measure_lambda_cold_start(builder, reference, plan.platform, ui)
+        if target.server:
+            report.cold_start, metrics = measure_cold_start(builder, reference, ui, options.protocol)
+        else:
+            report.cold_start, metrics = measure_lambda_cold_start(builder, reference, plan.platform, ui)
+        add_ready_seconds(report.backends, compiled, metrics)
     else:
         report.cold_start = estimate_cold_start(info.size, models, _warmups(compiled))
     if report.errors:

@@ -24,6 +24,7 @@ from handlers.backends.python import AUTO, IN_PROCESS, PROCESS
 
 from ..repository.compile import CompiledRepository
 from .builders import Layer
+from .runtime_deps import runtime_backends
 from .targets import Target
 
 # Estimate constants (documented in docs/build.md): image fetch + unpack throughput, the Python
@@ -72,6 +73,18 @@ class ColdStart:
 
 
 @dataclass
+class BackendEntry:
+    """What one backend (or backends sharing one framework) adds to the image."""
+
+    backends: list[str]
+    models: list[str]
+    distributions: dict[str, str]  # only its models need these: name -> version
+    installed_bytes: int  # their installed size: what the image would lose without these models
+    # Measured with the cold start: its slowest model's load (framework import included) plus warmup.
+    ready_seconds: float | None = None
+
+
+@dataclass
 class BuildReport:
     name: str
     tag: str
@@ -90,6 +103,7 @@ class BuildReport:
     image_size: int | None = None
     layers: list[Layer] = field(default_factory=list)
     models: list[ModelEntry] = field(default_factory=list)
+    backends: list[BackendEntry] = field(default_factory=list)
     python_deps: dict[str, str] = field(default_factory=dict)
     wheelhouse_bytes: int = 0
     cuda: dict[str, Any] | None = None
@@ -125,7 +139,7 @@ class BuildReport:
             ("wheelhouse", human_bytes(self.wheelhouse_bytes)),
         ]
         if self.cuda:
-            rows.append(("CUDA", f"{self.cuda['major']} ({self.cuda['onnxruntime']}), NVIDIA driver >= {self.cuda['min_driver']}"))
+            rows.append(("CUDA", f"{self.cuda['major']} ({', '.join(self.cuda['frameworks'])}), NVIDIA driver >= {self.cuda['min_driver']}"))
         if self.cold_start:
             kind = "measured" if self.cold_start.measured else "estimated"
             rows.append(("cold start", f"{self.cold_start.seconds:.1f} s {kind} ({self.cold_start.how})"))
@@ -148,6 +162,18 @@ class BuildReport:
                 str(m.instances), m.cpu_threads or "-", "yes" if m.dynamic_batching else "no",
             )
         console.print(models)
+
+        if self.backends:
+            backends = Table(title="backends: what each adds to the image")
+            for column in ("backend", "models", "adds", "size", "cold start (its models ready)"):
+                backends.add_column(column)
+            for b in self.backends:
+                backends.add_row(
+                    ", ".join(b.backends), ", ".join(b.models),
+                    ", ".join(f"{n} {v}" for n, v in b.distributions.items()) or "-", human_bytes(b.installed_bytes),
+                    "-" if b.ready_seconds is None else f"{b.ready_seconds:.2f} s measured",
+                )
+            console.print(backends)
 
         if self.layers:
             layers = Table(title="layers")
@@ -197,6 +223,35 @@ def model_entries(compiled: CompiledRepository, model_bytes: dict[str, int]) -> 
             )
         )
     return entries
+
+
+def backend_entries(compiled: CompiledRepository, footprints: list) -> list[BackendEntry]:
+    """One entry per footprint (toolkit/build/footprint.py), with the models that need it."""
+    entries = []
+    for footprint in footprints:
+        models = sorted(n for n, m in compiled.models.items() if runtime_backends([m.config]) & set(footprint.backends))
+        entries.append(BackendEntry(list(footprint.backends), models, dict(footprint.distributions), footprint.installed_bytes))
+    return entries
+
+
+def add_ready_seconds(entries: list[BackendEntry], compiled: CompiledRepository, metrics_text: str) -> None:
+    """Each backend's share of a measured cold start, from the runtime's /metrics
+    (toolkit_model_load_duration_seconds + toolkit_model_warmup_duration_seconds per model)."""
+    seconds: dict[tuple[str, str], float] = {}  # (model, version) -> load + warmup
+    for line in metrics_text.splitlines():
+        for family in ("toolkit_model_load_duration_seconds{", "toolkit_model_warmup_duration_seconds{"):
+            if line.startswith(family):
+                labels, _, value = line[len(family):].partition("} ")
+                pairs = dict(part.split("=", 1) for part in labels.split(",") if "=" in part)
+                key = (pairs.get("model", "").strip('"'), pairs.get("version", "").strip('"'))
+                try:
+                    seconds[key] = seconds.get(key, 0.0) + float(value)
+                except ValueError:
+                    continue
+    for entry in entries:
+        measured = [value for (model, _), value in seconds.items() if model in entry.models]
+        if measured:
+            entry.ready_seconds = round(max(measured), 3)
 
 
 def full_batch_bytes(config: dict[str, Any]) -> int | None:

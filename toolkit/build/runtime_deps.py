@@ -19,12 +19,27 @@ NVIDIA driver, with CUDA and cuDNN from NVIDIA's PyPI wheels (no CUDA base image
   Run's L4 GPUs document driver 535.216.03 (CUDA 12.2).
 - CUDA 13: `onnxruntime-gpu` >= 1.28 (CUDA 13 wheels), drivers >= 580.65.06 (Cloud Run's RTX PRO
   6000 Blackwell documents a 580 driver, CUDA 13.0).
+
+A backend's framework enters an image only when one of its models uses the backend
+(`BACKEND_RUNTIME`, one entry per backend: its requirements for a CPU image or a CUDA line).
+
+PyTorch (backend `pytorch`) comes from PyTorch's own package index, pinned with its build label:
+`torch==2.13.0+cpu` from download.pytorch.org/whl/cpu in CPU images (PyPI's `torch` is the CUDA
+build: over 2 GB of CUDA libraries a CPU image must never carry), `+cu128` (CUDA 12.8, the CUDA 12
+line) or `+cu130` (CUDA 13.0) in GPU images, matching the CUDA major of ONNX Runtime's line. The
+index is only given to the download of torch itself; `TOOLKIT_TORCH_INDEX_URL` replaces it (an
+internal mirror), and an empty value leaves it to pip's own configuration (PIP_INDEX_URL,
+PIP_FIND_LINKS). torch is installed without the dependencies that serve its compilers and export
+tools (sympy, networkx, jinja2, fsspec, filelock, setuptools, triton): TorchScript's loader and
+interpreter import none of them; the rest of what its wheel declares (typing-extensions, and the
+CUDA libraries of a CUDA build) is resolved with the image's other requirements.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -34,6 +49,26 @@ class RuntimeRequirement:
     spec: str  # PEP 508 requirement, as pip reads it
     imports: tuple[str, ...]
     no_deps: bool = False  # installed without its declared dependencies (see module docstring)
+    # An extra package index the requirement itself is downloaded from (PyTorch's wheels).
+    index_url: str | None = None
+    # Installed alone, then with the dependencies its wheel declares except these (canonical
+    # names), resolved with the image's other requirements. Implies no_deps for itself.
+    skip_dependencies: frozenset[str] | None = None
+
+    @property
+    def alone(self) -> bool:
+        """Downloaded without pip resolving its dependencies."""
+        return self.no_deps or self.skip_dependencies is not None
+
+    @property
+    def key(self) -> str:
+        """Everything that decides what this requirement downloads (the wheelhouse's cache key)."""
+        parts = [self.spec]
+        if self.index_url:
+            parts.append(f"index={self.index_url}")
+        if self.skip_dependencies is not None:
+            parts.append("skip=" + ",".join(sorted(self.skip_dependencies)))
+        return " ".join(parts)
     # Files of the installed distribution that the runtime never loads, removed from the image
     # (shell globs relative to the folder the wheels are installed into).
     prune: tuple[str, ...] = ()
@@ -83,6 +118,14 @@ LAMBDA: tuple[RuntimeRequirement, ...] = (RuntimeRequirement("mangum>=0.17", ("m
 LAMBDA_RUNTIME_CLIENT = RuntimeRequirement("awslambdaric>=2.2", ("awslambdaric",))
 
 ONNXRUNTIME_CPU = RuntimeRequirement("onnxruntime>=1.18", ("onnxruntime",), no_deps=True)
+
+# The fil backend (handlers/backends/fil) runs libtreelite through its C API and never imports
+# the treelite package, whose scipy (113 MB) serves sparse input only: installed alone, the wheel
+# adds 3 MB (docs/fil.md). The same library on CPU and GPU images (FIL predicts on CPU here).
+# 4.7 is the first to read XGBoost 3's JSON/UBJSON models as they are (4.3-4.4 refuse their
+# new `cats` field) and the last with manylinux2014 wheels (Lambda's Python 3.11 base, glibc
+# 2.26); newer bases get 4.8's manylinux_2_28 wheels.
+TREELITE = RuntimeRequirement("treelite>=4.7,<5", ("treelite",), no_deps=True)
 
 # ONNX Runtime with OpenVINO's execution provider, for onnxruntime models that ask for
 # `cpu_execution_accelerator: [{ name: "openvino" }]`: it replaces `onnxruntime` in the image (the
@@ -192,6 +235,8 @@ class RuntimeSet:
     resolved: tuple[RuntimeRequirement, ...]  # installed with their dependencies
     no_deps: tuple[RuntimeRequirement, ...]  # installed alone
     cuda: CudaLine | None = None
+    # backend -> the requirements it brought (build report, `toolkit validate`)
+    backends: dict[str, tuple[RuntimeRequirement, ...]] = field(default_factory=dict)
     protocol: str = "http"  # "grpc": the image serves gRPC (GRPC requirements, generated modules)
 
     @property
@@ -208,7 +253,42 @@ class RuntimeSet:
 
 
 def _onnxruntime(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
-    return (ONNXRUNTIME_CPU,) if cuda is None else (cuda.onnxruntime,)
+    return (ONNXRUNTIME_CPU,) if cuda is None else (cuda.onnxruntime, *cuda.libraries)
+
+
+# --- PyTorch ---------------------------------------------------------------------------------------
+
+TORCH_VERSION = "2.13.0"
+TORCH_INDEX_ENV = "TOOLKIT_TORCH_INDEX_URL"
+PYTORCH_INDEX = "https://download.pytorch.org/whl"
+# torch's build label per image: CPU, or the CUDA line's build (CUDA 12.8 / 13.0).
+TORCH_BUILDS: dict[int | None, str] = {None: "cpu", 12: "cu128", 13: "cu130"}
+# What torch's wheel declares for its compilers and export tools (torch.compile, torch.fx's
+# symbolic shapes, inductor's templates and GPU kernels): never imported by TorchScript.
+TORCH_BUILD_TIME_DEPENDENCIES = frozenset(
+    {"sympy", "networkx", "jinja2", "fsspec", "filelock", "setuptools", "triton", "pytorch-triton"}
+)
+
+
+def torch_index(build: str) -> str | None:
+    """The index torch is downloaded from: PyTorch's for the build, or $TOOLKIT_TORCH_INDEX_URL
+    (empty: pip's own configuration)."""
+    configured = os.environ.get(TORCH_INDEX_ENV)
+    if configured is not None:
+        return configured.strip() or None
+    return f"{PYTORCH_INDEX}/{build}"
+
+
+def torch_requirement(cuda: CudaLine | None) -> RuntimeRequirement:
+    build = TORCH_BUILDS[None if cuda is None else cuda.cuda_major]
+    return RuntimeRequirement(
+        f"torch=={TORCH_VERSION}+{build}", ("torch",), index_url=torch_index(build),
+        skip_dependencies=TORCH_BUILD_TIME_DEPENDENCIES,
+    )
+
+
+def _pytorch(cuda: CudaLine | None) -> tuple[RuntimeRequirement, ...]:
+    return (torch_requirement(cuda),)
 
 
 ONNXRUNTIME_OPENVINO_KEY = "onnxruntime+openvino"
@@ -266,16 +346,25 @@ def check_wheels_exist(backends: Iterable[str], arch: str, python: str, glibc: t
 
 
 # What each backend's models add to an image: backend -> f(CUDA line of a GPU image, or None for
-# CPU) -> requirements installed alone (no_deps). Python models keep ONNX Runtime (model.py files
-# commonly import it without listing it; see docs/build.md).
+# CPU) -> its requirements (each installed with its dependencies unless it says otherwise).
+# Python models keep ONNX Runtime (model.py files commonly import it without listing it; see
+# docs/build.md); they get torch, or anything else, through their requirements.txt.
 BACKEND_RUNTIME: dict[str, Callable[[CudaLine | None], tuple[RuntimeRequirement, ...]]] = {
     "onnxruntime": _onnxruntime,
     "python": _onnxruntime,
+    "fil": lambda _cuda: (TREELITE,),
+    "pytorch": _pytorch,
     "openvino": lambda cuda: (OPENVINO,),
     # onnxruntime models with the OpenVINO execution accelerator (runtime_backends)
     ONNXRUNTIME_OPENVINO_KEY: lambda cuda: (ONNXRUNTIME_OPENVINO,),
 }
 DEFAULT_BACKENDS = frozenset({"onnxruntime"})
+
+
+def backend_requirements(backend: str, cuda: CudaLine | None = None) -> tuple[RuntimeRequirement, ...]:
+    """What `backend`'s models add to an image (nothing for ensembles and unknown backends)."""
+    entry = BACKEND_RUNTIME.get(backend)
+    return () if entry is None else entry(cuda)
 
 
 def runtime_requirements(
@@ -307,19 +396,30 @@ def runtime_requirements(
         if gpu_cuda not in CUDA_LINES:
             raise ValueError(f"unsupported CUDA major {gpu_cuda} (supported: {', '.join(map(str, CUDA_LINES))})")
         cuda = CUDA_LINES[gpu_cuda]
-        resolved.extend(cuda.libraries)
         resolved.append(NVML)
     no_deps: list[RuntimeRequirement] = []
+    by_backend: dict[str, tuple[RuntimeRequirement, ...]] = {}
     for backend in sorted(backends):
-        for requirement in BACKEND_RUNTIME.get(backend, lambda _: ())(cuda):
-            if requirement not in no_deps:
-                no_deps.append(requirement)
+        requirements = backend_requirements(backend, cuda)
+        if requirements:
+            by_backend[backend] = requirements
+        for requirement in requirements:
+            group = no_deps if requirement.alone else resolved
+            if requirement not in group:
+                group.append(requirement)
     superseded = {name for requirement in no_deps for name in requirement.supersedes}
     no_deps = [r for r in no_deps if r.name not in superseded]
-    return RuntimeSet(tuple(resolved), tuple(no_deps), cuda, protocol)
+    by_backend = {
+        backend: kept for backend, requirements in by_backend.items()
+        if (kept := tuple(r for r in requirements if r.name not in superseded))
+    }
+    return RuntimeSet(tuple(resolved), tuple(no_deps), cuda, by_backend, protocol)
 
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML, OPENVINO]
+    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    for backend in BACKEND_RUNTIME:
+        for cuda in (None, *CUDA_LINES.values()):
+            every.extend(backend_requirements(backend, cuda))
     return frozenset(module for requirement in every for module in requirement.imports)

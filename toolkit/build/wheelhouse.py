@@ -6,9 +6,12 @@ so the image build needs no network and no compiler: the Dockerfile installs the
 `pip install --no-index --no-deps --require-hashes` from the wheelhouse's `requirements.txt`,
 which pins every wheel by version and sha256.
 
-Resolution runs in two steps: the requirements installed with their dependencies are resolved
-together; the `no_deps` ones (ONNX Runtime) are then downloaded alone. A pip wheel is added to
-bootstrap the install in base images that have no pip (it is not installed into the image).
+Resolution runs in two steps: the `no_deps` requirements (ONNX Runtime, torch) are downloaded
+alone first, each from its own index where it names one (PyTorch's wheels); the dependencies a
+`skip_dependencies` requirement's wheel declares (markers evaluated for the image's Python and
+platform), minus the skipped ones, then join the requirements installed with their
+dependencies, which are resolved together. A pip wheel is added to bootstrap the install in base
+images that have no pip (it is not installed into the image).
 
 A model's requirements.txt may name local wheels (`./wheels/acme-0.1-py3-none-any.whl`,
 `--find-links ./wheels`): paths are relative to the requirements.txt's folder, as one expects
@@ -233,7 +236,7 @@ def cache_key(runtime: RuntimeSet, model_requirements: Iterable[ModelRequirement
         "python": base.python,
         "platforms": base.wheel_platforms(),
         "resolved": [r.spec for r in runtime.resolved],
-        "no_deps": [r.spec for r in runtime.no_deps],
+        "no_deps": [r.key for r in runtime.no_deps],
         "models": models,
         "pip": _pip_settings(),
     }
@@ -318,11 +321,84 @@ def build_wheelhouse(
     return Wheelhouse(entry, wheels, pip, key)
 
 
+def _marker_environment(base: BaseImage) -> dict[str, str]:
+    """PEP 508 marker values of the image's Python (for a wheel's declared dependencies)."""
+    return {
+        "python_version": base.python, "python_full_version": f"{base.python}.0", "implementation_name": "cpython",
+        "platform_python_implementation": "CPython", "implementation_version": f"{base.python}.0",
+        "os_name": "posix", "sys_platform": "linux", "platform_system": "Linux", "platform_machine": base.arch,
+        "extra": "",
+    }
+
+
+def declared_dependencies(wheel: Path, base: BaseImage, skip: frozenset[str]) -> list[str]:
+    """The dependencies a wheel declares for the image (Requires-Dist whose markers hold there,
+    no extras), except the `skip`ped names, as requirement lines without their markers."""
+    import zipfile
+    from email.parser import HeaderParser
+
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    with zipfile.ZipFile(wheel) as archive:
+        names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        if not names:
+            raise BuildError(f"{wheel.name} has no .dist-info/METADATA")
+        metadata = HeaderParser().parsestr(archive.read(names[0]).decode("utf-8"))
+    environment = _marker_environment(base)
+    lines: list[str] = []
+    for text in metadata.get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as exc:
+            raise BuildError(f"{wheel.name} declares a dependency pip cannot read: {text!r} ({exc})") from None
+        if requirement.marker is not None and not requirement.marker.evaluate(environment):
+            continue
+        if canonical_name(requirement.name) in skip:
+            continue
+        requirement.marker = None
+        lines.append(str(requirement))
+    return lines
+
+
+def _download_alone(runtime: RuntimeSet, base: BaseImage, dest: Path, progress: Progress | None) -> dict[str, Path]:
+    """The `no_deps` requirements, each group from its index; canonical name -> wheel."""
+    groups: dict[str | None, list[str]] = {}
+    for requirement in runtime.no_deps:
+        groups.setdefault(requirement.index_url, []).append(requirement.spec)
+    for index, specs in groups.items():
+        command = [*_pip_base(base), "--dest", str(dest), "--no-deps"]
+        if index:
+            command += ["--extra-index-url", index]
+        try:
+            _run_pip([*command, *specs], ", ".join(specs) + (f" (from {index})" if index else ""), progress)
+        except BuildError as exc:
+            if not index:
+                raise
+            raise BuildError(
+                f"{exc.message}: this machine must reach {index}, or a mirror of it named by the requirement's "
+                "override (docs/backends.md: TOOLKIT_TORCH_INDEX_URL for PyTorch)", detail=exc.detail,
+            ) from None
+    found = {Wheel.from_file(p).name: p for p in dest.glob("*.whl")}
+    for requirement in runtime.no_deps:
+        if canonical_name(requirement.name) not in found:
+            raise BuildError(f"pip downloaded nothing for {requirement.spec}")
+    return found
+
+
 def _download(
     runtime: RuntimeSet, model_requirements: list[ModelRequirements], base: BaseImage, dest: Path, progress: Progress | None
 ) -> tuple[list[Wheel], Wheel]:
+    alone_dir = dest / "alone"
+    alone_dir.mkdir()
+    alone = _download_alone(runtime, base, alone_dir, progress)
+    derived: list[str] = []
+    for requirement in runtime.no_deps:
+        if requirement.skip_dependencies is not None:
+            wheel = alone[canonical_name(requirement.name)]
+            derived += declared_dependencies(wheel, base, requirement.skip_dependencies)
+
     resolved_in = dest / "runtime.in"
-    resolved_in.write_text("\n".join(r.spec for r in runtime.resolved) + "\n")
+    resolved_in.write_text("\n".join([*(r.spec for r in runtime.resolved), *derived]) + "\n")
     command = [*_pip_base(base), "--dest", str(dest), "-r", str(resolved_in)]
     what = "runtime dependencies" + (" and model requirements" if model_requirements else "")
     with tempfile.TemporaryDirectory(prefix="toolkit-requirements-") as folder:
@@ -332,22 +408,37 @@ def _download(
             copy.write_text(model.resolved()[0], encoding="utf-8")
             command += ["-r", str(copy)]
         _run_pip(command, what, progress)
-    resolved = {Wheel.from_file(p).name for p in dest.glob("*.whl")}
+    resolved_wheels = {w.name: w for w in (Wheel.from_file(p) for p in dest.glob("*.whl"))}
+    resolved = set(resolved_wheels)
+    owners = ", ".join(m.model for m in model_requirements) or "the runtime"
     pulled = sorted(resolved & ONNXRUNTIME_DISTRIBUTIONS)
     if pulled:
-        owners = ", ".join(m.model for m in model_requirements) or "the runtime"
         raise BuildError(
             f"the requirements of {owners} pull in {', '.join(pulled)}: the image's ONNX Runtime is chosen by "
             "toolkit build (onnxruntime on CPU, onnxruntime-gpu for GPU images, onnxruntime-openvino for models "
             "with the openvino execution accelerator); remove it from requirements.txt"
         )
+    chosen = sorted(resolved & set(alone))
+    if chosen:
+        raise BuildError(
+            f"the requirements of {owners} pull in {', '.join(chosen)}, which toolkit build chooses for this image "
+            f"({', '.join(r.spec for r in runtime.no_deps if canonical_name(r.name) in chosen)}, for the repository's "
+            "models); remove it from requirements.txt"
+        )
+    torch = resolved_wheels.get("torch")
+    if torch is not None and runtime.cuda is None and "+cpu" not in torch.version:
+        raise BuildError(
+            f"the requirements of {owners} pull in torch {torch.version}, PyTorch's CUDA build (with gigabytes of CUDA "
+            "libraries), into a CPU image: take the CPU build from PyTorch's index instead: put "
+            "`--extra-index-url https://download.pytorch.org/whl/cpu` and `torch==<version>+cpu` in requirements.txt"
+        )
     forbidden = sorted(resolved & runtime.forbidden_distributions)
     if forbidden and not model_requirements:
         raise BuildError(f"the runtime's dependencies unexpectedly bring {', '.join(forbidden)} (toolkit/build/runtime_deps.py)")
 
-    before = set(dest.glob("*.whl"))
-    alone = [r.spec for r in runtime.no_deps]
-    _run_pip([*_pip_base(base), "--dest", str(dest), "--no-deps", *alone], ", ".join(alone), progress)
+    for wheel in alone.values():
+        wheel.rename(dest / wheel.name)
+    alone_dir.rmdir()
     # pip itself only bootstraps the install (any recent pip runs on Python >= 3.9).
     pip_dir = dest / "bootstrap"
     pip_dir.mkdir()
@@ -362,8 +453,6 @@ def _download(
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise BuildError(f"conflicting versions downloaded for {', '.join(duplicates)}: pin them in requirements.txt")
-    if not (set(dest.glob("*.whl")) - before - {dest / pip_file.name}):
-        raise BuildError(f"pip downloaded nothing for {', '.join(alone)}")
     return wheels, Wheel.from_file(dest / pip_file.name)
 
 

@@ -12,10 +12,11 @@ ensemble dependencies (the repository manager's dependency graph): composing mod
 load stage (a failure makes the model UNAVAILABLE)
   3. version policy -> versions
   4. NormalizeInstanceGroup / ValidateInstanceGroup for the *target* device
-  5. the backend's model init: ONNX or python auto-complete (auto-complete enabled)
+  5. the backend's model init: ONNX or python auto-complete (auto-complete enabled), the pytorch
+     backend's parameters (it has no auto-complete)
   6. Model::Init: ValidateModelIOConfig, label files
-  7. instances: the model file of each version, the onnxruntime and openvino backends' config-vs-model
-     checks (openvino_model.py)
+   7. instances: the model file of each version, the onnxruntime, pytorch, fil and openvino
+      backends' config-vs-model checks (onnx_autocomplete.py, torchscript.py, fil.py, openvino_model.py)
   8. warmup samples
   9. the product's own support checks (support.py): Triton's checks come first
 """
@@ -28,12 +29,13 @@ from typing import Any, Iterable
 
 from google.protobuf.message import Message
 
-from . import onnx_autocomplete
+from . import fil, onnx_autocomplete, torchscript
 from .backend_fields import (
     ENSEMBLE_PLATFORM,
     ONNXRUNTIME_BACKEND,
     OPENVINO_BACKEND,
     PYTHON_BACKEND,
+    PYTORCH_BACKEND,
     autocomplete_backend_fields,
 )
 from .compiled import (  # the compiler's results, importable from here too
@@ -330,6 +332,10 @@ def _load_backend_model(
         _check_python_source(model, model_files)
         if auto_complete:
             deferred = _python_auto_complete(model, config, versions, python_autocomplete)
+    elif backend == fil.FIL_BACKEND:
+        fil_parameters = fil.read_parameters(config, warnings)  # FIL's model initialisation
+    elif backend == PYTORCH_BACKEND:
+        torchscript.check_parameters(to_triton_json(config))  # no auto-complete: the config stays as written
     elif backend == OPENVINO_BACKEND:
         from . import openvino_model
 
@@ -345,6 +351,8 @@ def _load_backend_model(
         validate_model_io_config(config)
         check_label_files(config, model.path)
 
+    if backend == fil.FIL_BACKEND:
+        model_files.update(fil.check_model(model, config, fil_parameters, versions, warnings))
     if servable and not model_files:
         find_files()  # the instances load the model file
     if backend == ONNXRUNTIME_BACKEND:
@@ -352,7 +360,9 @@ def _load_backend_model(
             read_signatures()
         for inputs, outputs in signatures.values():
             onnx_autocomplete.validate_against_model(config, inputs, outputs)
-    if backend == OPENVINO_BACKEND:
+    elif backend == PYTORCH_BACKEND:
+        torchscript.check_model(to_triton_json(config), {v: model.path / f for v, f in model_files.items()}, warnings)
+    elif backend == OPENVINO_BACKEND:
         from . import openvino_model
 
         openvino_model.check(config, model, {v: model.path / f for v, f in model_files.items()}, warnings)

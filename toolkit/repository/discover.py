@@ -195,6 +195,10 @@ def find_model_file(model_dir: ModelDirectory, version: int, filename: str, back
         from .onnx_autocomplete import resolve_model_file
 
         resolve_model_file(path, model_dir.name)
+    elif backend == "pytorch":
+        from .torchscript import model_file
+
+        path = model_file(model_dir.version_path(version), filename, model_dir.name)
     elif not path.exists():
         raise ModelError(
             f"Python model file not found in '{path}'",

@@ -28,8 +28,19 @@ _BACKEND_ADVICE = {
         "optimization { execution_accelerators { gpu_execution_accelerator: [{ name: \"tensorrt\" }] } } "
         "to keep TensorRT speed on GPU targets)"
     ),
-    "pytorch": "export the model to ONNX (torch.onnx.export) and serve it with backend \"onnxruntime\"",
     "tensorflow": "convert the model to ONNX (tf2onnx) and serve it with backend \"onnxruntime\"",
+    "vllm": (
+        "vLLM serves large language models on GPUs with streaming (decoupled) responses, which serverless "
+        "containers here do not carry; deploy it on a GPU service with its own server (vllm serve)"
+    ),
+    "tensorrtllm": (
+        "TensorRT-LLM engines are built for one GPU and stream (decoupled) responses; deploy them with Triton on "
+        "a GPU service"
+    ),
+    "dali": (
+        "move the DALI pipeline's pre-processing into a python model (model.py, e.g. with Pillow or numpy) in front "
+        "of the model, in an ensemble"
+    ),
 }
 
 

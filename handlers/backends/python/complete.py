@@ -13,7 +13,7 @@ Python and packages. For each such model it
 3. runs the checks the host had to leave out, in tritonserver's order and with its messages, with
    the compiler's own code (handlers/config): ValidateModelConfig / ValidateModelIOConfig of the
    completed config, label files, the warmup samples against the completed inputs
-   (warmup_check.py, through the runtime's own request validation), this product's support
+   (handlers/config/warmup.py, through the runtime's own request validation), this product's support
    checks; then ValidateEnsembleConfig for every ensemble that calls a completed model;
 
 and rewrites the manifest atomically with the completed configs, so the image ships complete
@@ -45,7 +45,7 @@ from ...config.validate import (
 from ...manifest import MANIFEST_FORMAT, ModelSpec
 from .autocomplete_process import DEFAULT_TIMEOUT_S, AutoCompleteFailure, run_auto_complete
 from .config_update import update_model_config
-from .warmup_check import check_warmup
+from ...config.warmup import check_warmup
 
 AUTOCOMPLETE_KEY = "autocomplete"
 IN_IMAGE = "image"

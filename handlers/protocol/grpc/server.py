@@ -17,7 +17,7 @@ import logging
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from ... import limits
+from ... import limits, workers
 from ...model_repository import ModelRepository
 from .service import SERVICE_NAME, InferenceService
 
@@ -30,7 +30,8 @@ _READINESS_POLL_S = 0.05
 class GrpcServer:
     """Start with `await start()` (returns the bound port), stop with `await stop(grace)`."""
 
-    def __init__(self, repository: ModelRepository, host: str, port: int) -> None:
+    def __init__(self, repository: ModelRepository, host: str, port: int, *, reuse_port: bool = False) -> None:
+        """`reuse_port`: share the port with the other workers (handlers/workers)."""
         self.repository = repository
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.service = InferenceService(repository)
@@ -39,7 +40,7 @@ class GrpcServer:
             options=[
                 ("grpc.max_receive_message_length", limits.LIMITS.max_request_bytes),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 0),
+                ("grpc.so_reuseport", 1 if reuse_port else 0),
             ]
         )
         self.server.add_generic_rpc_handlers((self.service.handler(),))
@@ -63,7 +64,11 @@ class GrpcServer:
     async def _follow_readiness(self) -> None:
         while not self.repository.loaded:
             await asyncio.sleep(_READINESS_POLL_S)
-        if self.repository.ready() and not self.service.draining:
+        if not self.repository.ready():
+            return
+        while not await workers.server_ready(self.repository):  # the other workers still load
+            await asyncio.sleep(_READINESS_POLL_S)
+        if not self.service.draining:
             for service in ("", SERVICE_NAME):
                 await self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
 

@@ -31,7 +31,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from ... import limits
+from ... import limits, workers
 from ...errors import ErrorCode, InferenceError, invalid_argument, not_found, unavailable, unsupported
 from ...inference import InferRequest
 from ...limits import PayloadTooLarge
@@ -150,7 +150,7 @@ class InferenceService:
         return self.pb.ServerLiveResponse(live=True)
 
     async def ServerReady(self, request: Any) -> Any:  # noqa: N802
-        return self.pb.ServerReadyResponse(ready=self.repository.ready() and not self.draining)
+        return self.pb.ServerReadyResponse(ready=not self.draining and await workers.server_ready(self.repository))
 
     async def ModelReady(self, request: Any) -> Any:  # noqa: N802
         version = parse_version(request.version)
@@ -205,7 +205,8 @@ class InferenceService:
             models = [model]
         response = self.pb.ModelStatisticsResponse()
         json_format.ParseDict(
-            {"model_stats": [m.statistics.as_dict() for m in models if m.ready]}, response, ignore_unknown_fields=True
+            {"model_stats": await workers.statistics(repository, (m for m in models if m.ready))}, response,
+            ignore_unknown_fields=True,
         )
         return response
 

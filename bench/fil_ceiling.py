@@ -1,0 +1,238 @@
+"""`toolkit serve` with a `backend: "fil"` model against its ceiling: Treelite alone, in-process.
+
+    .venv/bin/python bench/fil_ceiling.py                 # ~4 min on 2 cores; --quick: ~1 min
+    .venv/bin/python bench/fil_ceiling.py --framework lightgbm --instances 2
+
+A tree model trained here (XGBoost JSON or LightGBM text; --trees, --features) is served by
+`toolkit serve` (max_batch_size 1024, dynamic batching, --instances KIND_CPU instances, threads
+from the CPU budget: the container's CPUs shared among instances, handlers/cpu_budget.py).
+perf_analyzer 2.51 sends requests of --rows rows each (perf_analyzer -b, as FIL's own
+qa/run_benchmarks.sh does; default 1 and 16) at concurrency --concurrency; the server executes
+batches of some average size B rows (its statistics). The ceiling is the same model predicting
+batches of B rows back to back, in this process, on as many threads as instances, each instance
+with its threads (the runtime's own FilModel, bench/ort_ceiling.py's method): a server that
+forms batches of B cannot do better. Serve runs and ceiling runs alternate (--repeats); the
+result is the ratio of medians. Target: >= 90 % with 16 rows per request, where the model's work
+outweighs the serving stack's. With one row per request a cheap model measures the serving stack
+(HTTP, codec and batching, ~100-200 us per request in one Python event loop: docs/performance.md,
+"tiny") and is reported without a target. Writes bench/results/<date>-fil-<framework>-<host>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import perf_analyzer
+
+MODEL = "trees"
+CONFIG = """backend: "fil"
+max_batch_size: 1024
+input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
+output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+dynamic_batching {{ }}
+parameters [
+  {{ key: "model_type" value: {{ string_value: "{model_type}" }} }},
+  {{ key: "is_classifier" value: {{ string_value: "true" }} }},
+  {{ key: "predict_proba" value: {{ string_value: "true" }} }},
+  {{ key: "threshold" value: {{ string_value: "0.5" }} }}
+]
+"""
+
+
+def make_repository(root: Path, framework: str, trees: int, features: int, instances: int) -> Path:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20000, features)).astype(np.float32)
+    y = ((X[:, 0] + X[:, 1] * X[:, 2] + 0.5 * rng.standard_normal(len(X))) > 0).astype(int)
+    version = root / MODEL / "1"
+    version.mkdir(parents=True)
+    if framework == "xgboost":
+        import xgboost
+
+        booster = xgboost.train({"objective": "binary:logistic", "max_depth": 6, "nthread": 1}, xgboost.DMatrix(X, label=y), trees)
+        booster.save_model(version / "xgboost.json")
+        model_type = "xgboost_json"
+    else:
+        import lightgbm
+
+        booster = lightgbm.train({"objective": "binary", "num_leaves": 63, "verbose": -1, "num_threads": 1},
+                                 lightgbm.Dataset(X, label=y), trees)
+        booster.save_model(version / "model.txt")
+        model_type = "lightgbm"
+    (root / MODEL / "config.pbtxt").write_text(
+        CONFIG.format(features=features, instances=instances, model_type=model_type)
+    )
+    return root
+
+
+def serve(repo: Path, log: Path) -> tuple[subprocess.Popen, str]:
+    """`toolkit serve REPO` on a free port, once ready."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(log, "w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
+             "--grpc-port", "0", "--metrics-port", "0", "--log-level", "warning"], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return process, f"127.0.0.1:{port}"
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"toolkit serve did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
+
+
+def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
+    """Rows per second of `instances` threads each predicting batches of `batch` rows with its own
+    copy of the model, as the runtime's instances do."""
+    from handlers import cpu_budget
+    from handlers.backends.fil.instance import prediction_threads
+    from handlers.backends.fil.model import load_model
+    from handlers.backends.fil.parameters import parse_parameters
+    from handlers.backends.fil.tensors import tensor_layout
+    from handlers.instance_group import instance_slots
+    from toolkit.repository.compile import compile_repository
+
+    compiled = compile_repository(repo).models[MODEL]
+    config = compiled.config
+    params = parse_parameters(config)
+    layout = tensor_layout(config)
+    # the runtime's threads: the CPU budget's share of the first instance (they are equal or 1 apart)
+    plan = cpu_budget.plan([compiled], cpu_budget.available_cpus())
+    threads = prediction_threads(params.cpu_nthread, plan.threads_for(MODEL, instance_slots(config)[0]))
+    path = compiled.path / compiled.model_files[1]
+    models = [load_model(path, config, params, layout) for _ in range(instances)]
+    rows = np.random.default_rng(1).standard_normal((batch, layout.features)).astype(np.float32)
+    for model in models:
+        model.predict(rows, threads)
+    counts = [0] * instances
+    start = threading.Barrier(instances + 1)
+    stop = threading.Event()
+
+    def work(index: int) -> None:
+        model = models[index]
+        start.wait()
+        while not stop.is_set():
+            model.predict(rows, threads)
+            counts[index] += 1
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(instances)]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    began = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    done = sum(counts)
+    elapsed = time.perf_counter() - began
+    for worker in workers:
+        worker.join()
+    for model in models:
+        model.close()
+    return done * batch / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--framework", choices=["xgboost", "lightgbm"], default="xgboost")
+    parser.add_argument("--trees", type=int, default=300)
+    parser.add_argument("--features", type=int, default=32)
+    parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rows", default="1,16", help="rows per request (perf_analyzer -b), comma-separated")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--quick", action="store_true", help="1 repeat, short windows: checks the bench runs")
+    parser.add_argument("--output", type=Path, default=BENCH / "results")
+    parser.add_argument("--write-repository", type=Path, metavar="DIR",
+                        help="only write the bench's repository to DIR (e.g. for bench/cold_start.py) and exit")
+    args = parser.parse_args()
+    if args.write_repository:
+        make_repository(args.write_repository, args.framework, args.trees, args.features, args.instances)
+        print(f"wrote {args.write_repository / MODEL}")
+        return
+    if args.quick:
+        args.repeats, args.measurement_ms = 1, 1000
+
+    sizes = [int(r) for r in args.rows.split(",")]
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = make_repository(Path(tmp) / "models", args.framework, args.trees, args.features, args.instances)
+        process, url = serve(repo, Path(tmp) / "serve.log")
+        try:
+            for repeat in range(args.repeats):
+                for rows in sizes:
+                    [level] = perf_analyzer.run_levels(
+                        MODEL, url, concurrency=f"{args.concurrency}:{args.concurrency}", batch=rows,
+                        measurement_ms=args.measurement_ms, stability=30 if not args.quick else 999,
+                    )
+                    batch = max(1, round(level.batch_size))
+                    limit = ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
+                    runs.append({"repeat": repeat, "rows": rows, "level": level.as_dict(), "batch": level.batch_size,
+                                 "ceiling": limit, "ratio": level.throughput / limit})
+                    print(f"repeat {repeat}, {rows} row(s)/request: serve {level.throughput:.0f} infer/s (p95 "
+                          f"{level.p95_us / 1000:.2f} ms, batches of {level.batch_size:.1f} rows), ceiling at "
+                          f"{batch} rows: {limit:.0f} infer/s, {100 * level.throughput / limit:.1f} %", flush=True)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+
+    summary = []
+    for rows in sizes:
+        mine = [r for r in runs if r["rows"] == rows]
+        serve_median = statistics.median(r["level"]["throughput"] for r in mine)
+        ceiling_median = statistics.median(r["ceiling"] for r in mine)
+        summary.append({"rows": rows, "serve_median": serve_median, "ceiling_median": ceiling_median,
+                        "ratio": serve_median / ceiling_median,
+                        "p95_ms": statistics.median(r["level"]["p95_us"] for r in mine) / 1000,
+                        "batch": statistics.median(r["batch"] for r in mine),
+                        "target": 0.9 if rows > 1 else None})
+    result = {
+        "date": dt.date.today().isoformat(), "host": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)),
+        "machine": platform.processor() or platform.machine(), "load_at_start": os.getloadavg()[0],
+        "framework": args.framework, "trees": args.trees, "features": args.features, "instances": args.instances,
+        "concurrency": args.concurrency, "runs": runs, "summary": summary,
+    }
+    print(f"\n{args.framework}, {args.trees} trees, {args.features} features, {args.instances} instance(s), "
+          f"concurrency {args.concurrency}, medians of {args.repeats}:\n"
+          "| rows/request | toolkit serve infer/s | p95 ms | executed batch (rows) | ceiling infer/s | % of ceiling | target |\n"
+          "|---|---|---|---|---|---|---|")
+    for s in summary:
+        target = "-" if s["target"] is None else (">= 90 %: " + ("met" if s["ratio"] >= s["target"] else "NOT met"))
+        print(f"| {s['rows']} | {s['serve_median']:.0f} | {s['p95_ms']:.2f} | {s['batch']:.1f} | "
+              f"{s['ceiling_median']:.0f} | {100 * s['ratio']:.1f} % | {target} |")
+    if not args.quick:
+        args.output.mkdir(parents=True, exist_ok=True)
+        path = args.output / f"{result['date']}-fil-{args.framework}-{result['host']}.json"
+        path.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {path}")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""The pytorch backend against torch itself: `toolkit serve` under perf_analyzer at concurrency 16,
+against the raw ceiling, the same TorchScript module called directly in-process. Target: the
+server reaches >= 90 % of the ceiling.
+
+    .venv/bin/python bench/pytorch_ceiling.py            # 3 interleaved repeats, ~6 min on 2 cores
+    .venv/bin/python bench/pytorch_ceiling.py --quick    # 1 short repeat, to check it runs
+
+Model: a TorchScript CNN with text_recognition's signature (`INPUT__0` FP32 [1,32,100] ->
+`OUTPUT__0` FP32 [26,37]; three conv+pool stages and a linear head, made by torch.jit.script
+with fixed weights), `max_batch_size: 8`, `dynamic_batching { }`, two KIND_CPU instances and
+INTRA_OP_THREAD_COUNT 1 (torch's intra-op pool is process-wide; one thread per call keeps the two
+instances from fighting over two cores, and the ceiling uses the same setting).
+
+Ceiling: N threads (N = the instance count), each calling the module on one batch back to back
+under no_grad + inference_mode, as the backend calls it; measured at batch sizes 2, 4, 6 and 8,
+and read at the average batch size the server executed (ort_ceiling.at_batch interpolates the
+time per inference). Load: perf_analyzer 2.51 `-b 2 --shape INPUT__0:1,32,100
+--concurrency-range 16:16`. Repeats interleave the ceiling and the server; the ratio is of the
+medians. Results go to bench/results/pytorch-<date>-<host>.json and a table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+
+import ort_ceiling  # noqa: E402
+import perf_analyzer  # noqa: E402
+
+MODEL = "text_cnn"
+INSTANCES = 2
+TARGET = 0.90
+CONFIG = f"""name: "{MODEL}"
+platform: "pytorch_libtorch"
+max_batch_size: 8
+input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ 1, 32, 100 ] }} ]
+output [ {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 26, 37 ] }} ]
+dynamic_batching {{ }}
+instance_group [ {{ count: {INSTANCES} kind: KIND_CPU }} ]
+parameters {{ key: "INTRA_OP_THREAD_COUNT" value {{ string_value: "1" }} }}
+"""
+
+
+def build_model(path: Path) -> Path:
+    import torch
+
+    class TextCNN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.features = torch.nn.Sequential(
+                torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(32, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                torch.nn.Conv2d(64, 128, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d((1, 26)),
+            )
+            self.head = torch.nn.Linear(128, 37)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            features = self.features(x).squeeze(2).permute(0, 2, 1)  # [B, 26, 128]
+            return self.head(features)
+
+    torch.manual_seed(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.jit.script(TextCNN().eval()).save(str(path))
+    return path
+
+
+def ceiling(model: Path, batch: int, instances: int, seconds: float) -> float:
+    """Inferences per second of `instances` threads calling the module in-process."""
+    import torch
+
+    torch.set_num_threads(1)
+    module = torch.jit.load(str(model))
+    x = torch.zeros(batch, 1, 32, 100)
+    with torch.no_grad(), torch.inference_mode():
+        for _ in range(5):
+            module(x)
+    counts = [0] * instances
+    start = threading.Barrier(instances + 1)
+    stop = threading.Event()
+
+    def work(index: int) -> None:
+        with torch.no_grad(), torch.inference_mode():
+            start.wait()
+            while not stop.is_set():
+                module(x)
+                counts[index] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(instances)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    done = sum(counts)
+    elapsed = time.perf_counter() - began
+    for thread in threads:
+        thread.join()
+    return done * batch / elapsed
+
+
+@contextlib.contextmanager
+def toolkit_serve(repo: Path, log: Path) -> Iterator[str]:
+    """`toolkit serve REPO --device cpu` on a free port; yields host:port once ready."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with open(log, "w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
+             "--log-level", "warning"], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"toolkit serve did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ceiling-seconds", type=float, default=3.0)
+    parser.add_argument("--measurement-ms", type=int, default=4000)
+    parser.add_argument("--quick", action="store_true", help="one short repeat (checks that the bench runs)")
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.ceiling_seconds, args.measurement_ms = 1, 1.0, 1000
+
+    with tempfile.TemporaryDirectory(prefix="pytorch-bench-") as folder:
+        _run(args, Path(folder))
+
+
+def _run(args: argparse.Namespace, work: Path) -> None:
+    repo = work / "models"
+    model = build_model(repo / MODEL / "1" / "model.pt")
+    (repo / MODEL / "config.pbtxt").write_text(CONFIG)
+    sizes = [2, 4, 6, 8]
+    ceilings: dict[int, list[float]] = {b: [] for b in sizes}
+    runs: list[perf_analyzer.Level] = []
+    with toolkit_serve(repo, work / "serve.log") as url:
+        perf_analyzer.run(MODEL, url, shape="INPUT__0:1,32,100", concurrency="16:16", measurement_ms=1000,
+                          stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)  # warm-up, not recorded
+        for repeat in range(args.repeats):
+            for batch in sizes:
+                ceilings[batch].append(ceiling(model, batch, INSTANCES, args.ceiling_seconds))
+            (level,) = perf_analyzer.run_levels(MODEL, url, concurrency="16:16", shape="INPUT__0:1,32,100",
+                                                measurement_ms=args.measurement_ms, max_trials=5)
+            runs.append(level)
+            print(f"repeat {repeat + 1}: toolkit serve {level.throughput:.1f} infer/s at batch {level.batch_size:.2f}, "
+                  f"ceiling at batch 8 {ceilings[8][-1]:.1f} infer/s", flush=True)
+
+    medians = {(INSTANCES, b): statistics.median(v) for b, v in ceilings.items()}
+    served = statistics.median(level.throughput for level in runs)
+    batch = statistics.median(level.batch_size for level in runs)
+    ceiling_at = ort_ceiling.at_batch(medians, INSTANCES, batch)
+    ratio = served / ceiling_at if ceiling_at else 0.0
+    result = {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "cpus": os.cpu_count(),
+        "model": f"{MODEL}: TorchScript CNN, FP32 [1,32,100] -> [26,37], max_batch_size 8, {INSTANCES} instances",
+        "ceiling": {str(b): v for (_, b), v in medians.items()},
+        "served": [level.as_dict() for level in runs],
+        "served_median": served,
+        "average_batch": batch,
+        "ceiling_at_batch": ceiling_at,
+        "ratio": ratio,
+        "target": TARGET,
+        "repeats": args.repeats,
+    }
+    print()
+    print("| batch | ceiling (infer/s) |")
+    print("|---|---|")
+    for (_, b), value in sorted(medians.items()):
+        print(f"| {b} | {value:.1f} |")
+    print()
+    print(f"toolkit serve at c16: {served:.1f} infer/s (median of {args.repeats}), average batch {batch:.2f}; "
+          f"ceiling there {ceiling_at:.1f} infer/s; ratio {ratio:.1%} (target >= {TARGET:.0%}: "
+          f"{'met' if ratio >= TARGET else 'NOT met'})")
+    if not args.quick:
+        output = args.output or BENCH / "results" / f"pytorch-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
+        output.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"results: {output}")
+
+
+if __name__ == "__main__":
+    main()
