@@ -269,7 +269,12 @@ def test_lambda_collects_generate_and_refuses_generate_stream(tmp_path):
         assert call("/v2/models/echo/generate", {"text_input": "hi"})[1]["text_output"] == "hi"
         status, answer = call("/v2/models/square/generate_stream", {"IN": 3})
         assert status == 501 and answer["error"].startswith("generate_stream is not available on AWS Lambda")
-        assert call("/v2/models/square/infer", {})[0] == 501
+        refused = call("/v2/models/square/infer", {})  # Lambda's direct path (handlers/entrypoints/lambda_handler.py)
+        assert refused == (501, {"error": "HTTP end point doesn't support models with decoupled transaction policy"})
+        through_app = LambdaHandler(handler.repository, direct=False)  # the same answer through Mangum and the app
+        response = through_app(function_url_event("POST", "/v2/models/square/infer", b"{}"), None)
+        raw = base64.b64decode(response["body"]) if response.get("isBase64Encoded") else response["body"].encode()
+        assert (response["statusCode"], json.loads(raw)) == refused
     finally:
         handler.repository.stop()  # finalizes the instances too
 
