@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .model_repository import ModelRepository
+from .protocol.generate import router as generate_router
 from .protocol.routes import InferHeaders, InferReply, router, run_infer
 
 log = logging.getLogger("handlers.app")
@@ -114,10 +115,14 @@ class RuntimeApp(FastAPI):
         await _send_reply(send, reply)
 
 
-def create_app(repository: ModelRepository) -> FastAPI:
+def create_app(repository: ModelRepository, *, streaming: bool = True) -> FastAPI:
+    """`streaming`: whether responses reach the client as they are written (False on AWS Lambda,
+    where `generate_stream` is refused with the reason)."""
     app = RuntimeApp(title="toolkit v2 inference runtime", version=__version__, docs_url=None, redoc_url=None)
     app.state.repository = repository
+    app.state.streaming = streaming
     app.include_router(router)
+    app.include_router(generate_router)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

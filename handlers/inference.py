@@ -49,6 +49,12 @@ class InferRequest:
     # Correlation id / flags pass through to Python models (pb_utils.InferenceRequest).
     correlation_id: int | str = 0
     flags: int = 0
+    # The request parameters the v2 infer frontend consumes (codec.FRONTEND_PARAMETERS: priority,
+    # timeout, sequence_*, binary_data_output) are hidden from models; the generate extension
+    # consumes none of them, so its requests pass every parameter on (False).
+    frontend_parameters: bool = True
+    # A request to a decoupled model: the ResponseSink (handlers/streaming.py) its responses go to.
+    responses: Any = None
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,11 @@ class ModelSpec:
     @property
     def max_batch_size(self) -> int:
         return int(self.config.get("max_batch_size", 0))
+
+    @cached_property
+    def decoupled(self) -> bool:
+        """`model_transaction_policy { decoupled: true }`: zero or many responses per request."""
+        return bool((self.config.get("model_transaction_policy") or {}).get("decoupled", False))
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ models load and `/v2/health/ready` turns 200 once every model is loaded.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import enum
 import logging
@@ -20,12 +21,13 @@ from . import cpu_budget
 from .backends import backend_module
 from .backends.ensemble import EnsembleScheduler
 from .batching import DynamicBatcher
-from .errors import InferenceError, not_found, unavailable
-from .inference import InferRequest, InferResponse
+from .errors import ErrorCode, InferenceError, internal, not_found, unavailable, unsupported
+from .inference import InferOutcome, InferRequest, InferResponse
 from .instance_group import instance_slots
 from .manifest import Manifest, ModelSpec
 from .metrics import ModelMetrics
 from .statistics import ModelStatistics
+from .streaming import ResponseSink, ResponseStream
 from .warmup import warm_up, warmup_samples
 from .workers.plan import WorkerSlot
 
@@ -86,15 +88,77 @@ class LoadedModel:
     def not_ready_error(self) -> InferenceError:
         return unavailable(f"Request for unknown model: '{self.name}' version {self.version} is not at ready state")
 
+    @property
+    def decoupled(self) -> bool:
+        return self.spec.decoupled
+
     async def infer(self, request: InferRequest) -> InferResponse:
+        """The one response of a request to a model that is not decoupled."""
         if self.scheduler is None or not self.ready:
             raise self.not_ready_error()
+        if self.decoupled:
+            raise decoupled_error()
         return await self.scheduler.infer(request)
 
     def infer_sync(self, request: InferRequest, timeout: float | None = None) -> InferResponse:
         if self.scheduler is None or not self.ready:
             raise self.not_ready_error()
+        if self.decoupled:
+            raise decoupled_error()
         return self.scheduler.infer_sync(request, timeout)
+
+    def stream(self, request: InferRequest) -> ResponseStream:
+        """Start `request` and return its response stream (handlers/streaming.py), read on the
+        calling event loop: every response of a decoupled model, or the one response of any other
+        model as a final event. Raises InferenceError when the request cannot be queued (not
+        ready, queue full, stopping); errors after that arrive as events. Cancelling the stream
+        takes a queued request out of the queue and tells the model (`request.is_cancelled()`)."""
+        stream = ResponseStream()
+        self.submit_stream(request, stream, asyncio.get_running_loop())
+        return stream
+
+    def submit_stream(self, request: InferRequest, sink: ResponseSink, loop: asyncio.AbstractEventLoop) -> None:
+        """Queue `request` with its events going to `sink` (any ResponseSink); `loop` runs
+        schedulers that only offer a coroutine (ensembles). Raises InferenceError when the request
+        cannot be queued."""
+        if self.scheduler is None or not self.ready:
+            raise self.not_ready_error()
+        decoupled = self.decoupled
+        request.responses = sink if decoupled else None
+
+        def done(outcome: InferOutcome) -> None:
+            if isinstance(outcome, InferenceError):
+                sink.finish(outcome)  # unless the model already ended the stream itself
+            elif not decoupled:
+                sink.finish(response=outcome)
+            # a decoupled request that executed: its responses come through the sink
+
+        submit = getattr(self.scheduler, "submit", None)
+        if submit is not None:
+            pending = submit(request, done)
+            sink.on_cancel(pending.cancel)
+            return
+        future = asyncio.run_coroutine_threadsafe(self.scheduler.infer(request), loop)
+
+        def settle(f: object) -> None:
+            try:
+                done(future.result())
+            except InferenceError as exc:
+                done(exc)
+            except BaseException as exc:  # noqa: BLE001 - cancelled, or our own fault
+                done(cancelled_error(request) if future.cancelled() else internal(f"{type(exc).__name__}: {exc}"))
+
+        future.add_done_callback(settle)
+        sink.on_cancel(future.cancel)
+
+
+def decoupled_error() -> InferenceError:
+    """tritonserver's answer to a one-response API (HTTP infer) on a decoupled model."""
+    return unsupported("HTTP end point doesn't support models with decoupled transaction policy")
+
+
+def cancelled_error(request: InferRequest) -> InferenceError:
+    return InferenceError(f"[request id: {request.id or '<id_unknown>'}] inference request cancelled", ErrorCode.CANCELLED)
 
 
 class ModelRepository:
@@ -159,6 +223,11 @@ class ModelRepository:
             module = backend_module(model.spec.backend)
             if module is None:
                 raise RuntimeError(f"backend '{model.spec.backend}' is not available in this runtime")
+            if model.spec.decoupled and not getattr(module, "DECOUPLED", False):
+                raise RuntimeError(
+                    f"backend '{model.spec.backend}' does not serve decoupled models "
+                    "(model_transaction_policy { decoupled: true }); only backend 'python' does"
+                )
             factory = module.create_instance
             model.load_labels()
             slots = instance_slots(model.spec.config)

@@ -7,7 +7,12 @@ cache_miss}, response_stats, batch_stats: [{batch_size, compute_input, compute_i
 compute_output}], memory_usage}]`). Durations are cumulative nanoseconds, per request for
 `inference_stats` and per execution for `batch_stats`. `success.ns` runs from the moment the
 server received the request to the end of its execution, as Triton's request duration does; warmup
-executions are counted like any other, as Triton counts them.
+executions are counted like any other, as Triton counts them. As in Triton's core,
+`inference_count` sums the batch sizes of the requests that succeeded (a failed request adds
+nothing) while `execution_count` and `batch_stats` count every execution. A request to a
+decoupled model is counted when its execution returns (Triton's python backend reports it then),
+whatever responses the model sends afterwards; `response_stats` stays empty, as the python
+backend reports no per-response statistics.
 """
 
 from __future__ import annotations
@@ -77,7 +82,6 @@ class ModelStatistics:
 
     def batch_executed(self, execution: BatchExecution) -> None:
         with self._lock:
-            self.inference_count += execution.batch_size
             self.execution_count += 1
             stats = self.batch_stats.get(execution.batch_size)
             if stats is None:
@@ -87,7 +91,6 @@ class ModelStatistics:
             stats.compute_output.add(execution.compute_output_ns)
             self.last_inference_ms = int(time.time() * 1000)
         if self.metrics is not None:
-            self.metrics.inference_count.inc(execution.batch_size)
             self.metrics.execution_count.inc()
 
     def request_succeeded(self, instance: str, request: InferRequest, end_ns: int | None = None) -> None:
@@ -97,7 +100,9 @@ class ModelStatistics:
         infer_ns = request.compute_infer_end_ns - request.compute_input_end_ns
         output_ns = request.compute_end_ns - request.compute_infer_end_ns
         total_ns = (end_ns or request.compute_end_ns) - request.received_ns
+        batch_size = max(1, request.batch_size)
         with self._lock:
+            self.inference_count += batch_size
             self.success.add(total_ns)
             self.queue.add(queue_ns)
             self.compute_input.add(input_ns)
@@ -106,6 +111,7 @@ class ModelStatistics:
         metrics = self.metrics
         if metrics is not None:
             metrics.success.inc()
+            metrics.inference_count.inc(batch_size)
             metrics.request_duration_us.inc(max(0, total_ns) / 1000)
             metrics.queue_duration_us.inc(max(0, queue_ns) / 1000)
             metrics.compute_input_duration_us.inc(max(0, input_ns) / 1000)

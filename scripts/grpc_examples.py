@@ -6,8 +6,8 @@
 The examples (src/python/examples/*grpc*.py) cannot be committed or fetched in CI, so this script
 takes a checkout the user provides. It builds the models the examples expect, as Triton's QA
 repository has them: `simple` (INT32 add/sub, ONNX), `simple_int8` (INT8 add/sub), `simple_string`
-(BYTES holding integers as text, add/sub) and `simple_identity` (BYTES identity), the last three
-as python-backend models; serves them with `toolkit serve` on a free gRPC port; runs each example
+(BYTES holding integers as text, add/sub), `simple_identity` (BYTES identity) and the decoupled
+`repeat_int32` (tests/python_models/decoupled_repeat.py), all but the first as python-backend models; serves them with `toolkit serve` on a free gRPC port; runs each example
 with `-u 127.0.0.1:PORT`, and prints what passed, what failed, and for examples that cannot pass
 here, why (each expected failure is checked to fail). Exit status 1 when an example that should
 pass fails, or one expected to fail passes (update the list). docs/grpc.md records a run.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -49,7 +48,7 @@ EXAMPLES: dict[str, str | None] = {
     "simple_grpc_sequence_stream_infer_client.py": "needs sequence batching (simple_sequence), not supported",
     "simple_grpc_sequence_sync_infer_client.py": "needs sequence batching (simple_dyna_sequence), not supported",
     "simple_grpc_aio_sequence_stream_infer_client.py": "needs sequence batching (simple_sequence), not supported",
-    "simple_grpc_custom_repeat.py": "needs the decoupled repeat_int32 model (decoupled models: issue 14 item 5)",
+    "simple_grpc_custom_repeat.py": None,
 }
 NEEDS_OTHER_MODELS = {"grpc_client.py": "densenet_onnx", "grpc_image_client.py": "an image classification model"}
 
@@ -83,6 +82,17 @@ class TritonPythonModel:
 '''
 
 
+REPEAT_CONFIG = """\
+name: "repeat_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] }, { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+        { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "IDX" data_type: TYPE_UINT32 dims: [ 1 ] } ]
+"""
+
+
 def _config(name: str, backend: str, datatype: str, dims: str, outputs: int = 2, max_batch: int = 8) -> str:
     inputs = ", ".join(f'{{ name: "INPUT{i}" data_type: {datatype} dims: [ {dims} ] }}' for i in range(2 if outputs == 2 else 1))
     outs = ", ".join(f'{{ name: "OUTPUT{i}" data_type: {datatype} dims: [ {dims} ] }}' for i in range(outputs))
@@ -114,6 +124,10 @@ def build_repository(root: Path) -> Path:
     (repo / "simple_identity" / "1").mkdir(parents=True)
     (repo / "simple_identity" / "1" / "model.py").write_text(IDENTITY_PY)
     (repo / "simple_identity" / "config.pbtxt").write_text(_config("simple_identity", "python", "TYPE_STRING", "-1", outputs=1))
+    # the decoupled repeat_int32 (Triton's repeat backend) as the python-backend model that behaves alike
+    (repo / "repeat_int32" / "1").mkdir(parents=True)
+    (repo / "repeat_int32" / "1" / "model.py").write_text((ROOT / "tests" / "python_models" / "decoupled_repeat.py").read_text())
+    (repo / "repeat_int32" / "config.pbtxt").write_text(REPEAT_CONFIG)
     return repo
 
 

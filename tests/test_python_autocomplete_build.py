@@ -393,8 +393,8 @@ def test_image_step_failures_name_the_model(case: str, repo: Path, acme: Path) -
     elif case == "decoupled":
         source = MODEL_PY.replace("config.set_dynamic_batching()", 'config.set_model_transaction_policy({"decoupled": True})')
         write_model(repo, "featurize", source)
-        expected = ("featurize: model 'featurize' uses model_transaction_policy { decoupled: true }: streaming (decoupled) "
-                    "responses are not supported yet",)
+        expected = ("pipeline: ensemble 'pipeline' is decoupled (a step's model ('featurize') has model_transaction_policy "
+                    "{ decoupled: true }): streaming responses through an ensemble is not supported",)
     elif case == "ensemble-mismatch":
         (acme / "acme_features" / "__init__.py").write_text("MAX_BATCH = 8\nWIDTH = 5\n")
         expected = ("pipeline: in ensemble pipeline, ensemble tensor feat: inconsistent shape: [-1,5] is inferred from model "

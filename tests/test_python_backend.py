@@ -422,12 +422,8 @@ def test_load_failures_carry_tritons_message(tmp_path, source, process_message):
     assert raised.value.args[0].startswith(process_message.format(file=spec.model_files[1]))
 
 
-def test_decoupled_models_and_bad_modes_are_refused(tmp_path):
+def test_bad_instance_modes_are_refused(tmp_path):
     spec = _compiled_spec(tmp_path, "plain", "class TritonPythonModel:\n    pass\n")
-    config = dict(spec.config, model_transaction_policy={"decoupled": True})
-    decoupled = type(spec)(spec.name, spec.directory, spec.versions, spec.model_files, config)
-    with pytest.raises(PythonModelLoadError, match=r"decoupled: true \}: streaming \(decoupled\) responses are not supported"):
-        create_instance(decoupled, 1, "plain_0")
     config = dict(spec.config, parameters={MODE: {"string_value": "threads"}})
     bad = type(spec)(spec.name, spec.directory, spec.versions, spec.model_files, config)
     with pytest.raises(PythonModelLoadError, match="must be 'auto', 'process' or 'inprocess', got 'threads'"):

@@ -268,8 +268,13 @@ def test_response_sender_rules():
     with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one response"):
         sender.send(pb_utils.InferenceResponse())
     sender.send(flags=final)
-    with pytest.raises(pb_utils.TritonModelException, match="Response sender has been closed"):
+    # response_sender.cc: a model that is not decoupled is told it sent one already, before closed
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one response"):
         sender.send(pb_utils.InferenceResponse(), flags=final)
+    with pytest.raises(pb_utils.TritonModelException, match="^Unable to send response. Response sender has been closed.$"):
+        sender.send(flags=final)
+    with pytest.raises(TypeError, match=r"^send\(\): incompatible function arguments"):
+        sender.send("not a response")
     assert not sender.is_cancelled()
 
 

@@ -56,7 +56,6 @@ DEVIATIONS: dict[tuple[str, str], dict] = {
         "why": "as instances_kind_gpu: 2 instances on each of 2 GPUs become 4 CPU instances",
     },
     ("core", "sequence_batching"): {"expect": "unsupported", "contains": "sequence_batching", "why": "stateful models"},
-    ("core", "decoupled"): {"expect": "unsupported", "contains": "decoupled", "why": "streaming responses"},
     ("core", "backend_tensorrt"): {"expect": "unsupported", "contains": "backend 'tensorrt'", "why": "TensorRT"},
     ("core", "platform_libtorch"): {
         "expect": "failed",

@@ -202,7 +202,6 @@ def test_sequence_batching_controls_are_checked_before_refusing_the_model(repo):
         ('name: "m"\nbackend: "dali"\n', "in front of the model, in an ensemble"),
         ('name: "m"\nplatform: "tensorflow_savedmodel"\n', "backend 'tensorflow'"),
         ('name: "m"\nplatform: "tensorflow_graphdef"\n', "convert the model to ONNX (tf2onnx)"),
-        ('name: "m"\nbackend: "python"\nmodel_transaction_policy { decoupled: true }\n', "decoupled"),
     ],
 )
 def test_configs_this_product_cannot_serve(repo, header, unsupported):

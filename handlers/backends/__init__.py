@@ -6,6 +6,11 @@ A backend module provides `create_instance(spec, version, slot)`, returning a mo
 python backend's BLS). Backends are imported only when a model uses them, so an image carries
 and loads only the frameworks its models need.
 
+Decoupled models (`model_transaction_policy { decoupled: true }`): a module that serves them sets
+`DECOUPLED = True`; its instances send each request's responses to `request.responses` (a
+ResponseSink, handlers/streaming.py) and return an outcome per request when `execute` returns
+(its error ends the request's stream). A decoupled model of any other backend fails to load.
+
 CPU threads: `slot.threads` is the instance's share of the container's CPUs, for the framework's
 thread pools where the config sets no count; a module may define `explicit_threads(config)` so
 that the budget knows the counts a config does set (handlers/cpu_budget.py says how).

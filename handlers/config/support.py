@@ -25,12 +25,16 @@ def check_supported(config: Config) -> None:
             "keep the state in the client or an external store and use dynamic_batching",
             code=CODE_UNSUPPORTED,
         )
-    if config.get("model_transaction_policy", {}).get("decoupled", False):
-        raise ConfigError(
-            f"model '{name}' uses model_transaction_policy {{ decoupled: true }}: streaming (decoupled) "
-            "responses are not supported yet; return exactly one response per request",
-            code=CODE_UNSUPPORTED,
-        )
+    if (config.get("model_transaction_policy") or {}).get("decoupled", False):
+        if config.get("platform") == "ensemble":
+            raise ConfigError(decoupled_ensemble_message(name), code=CODE_UNSUPPORTED)
+        backend = config.get("backend", "")
+        if backend != "python":
+            raise ConfigError(
+                f"model '{name}' uses model_transaction_policy {{ decoupled: true }} with backend '{backend}': "
+                "decoupled (streaming) models are served for backend \"python\" only",
+                code=CODE_UNSUPPORTED,
+            )
 
 
 def check_execution_environment(config: Config, model_dir: Path) -> None:
@@ -66,4 +70,15 @@ def check_execution_environment(config: Config, model_dir: Path) -> None:
         raise ConfigError(f"model '{name}': {exc}", hint="EXECUTION_ENV_PATH", code=CODE_UNSUPPORTED) from None
 
 
-__all__ = ["check_execution_environment", "check_supported"]
+def decoupled_ensemble_message(name: str, steps: Any = ()) -> str:
+    """The refusal of an ensemble that a decoupled step makes decoupled (Triton's
+    ValidateEnsembleConfig marks such an ensemble decoupled); `steps`: the decoupled ones."""
+    which = f" ('{steps[0]}')" if steps else ""
+    return (
+        f"ensemble '{name}' is decoupled (a step's model{which} has model_transaction_policy {{ decoupled: true }}): "
+        "streaming responses through an ensemble is not supported; call the decoupled model directly "
+        "(generate_stream, gRPC ModelStreamInfer) or from a Python model with BLS exec(decoupled=True)"
+    )
+
+
+__all__ = ["check_execution_environment", "check_supported", "decoupled_ensemble_message"]

@@ -68,7 +68,7 @@ class LambdaHandler:
         """`direct`: inference requests skip the ASGI cycle (the module doc); default: on unless
         TOOLKIT_LAMBDA_DIRECT=0."""
         self.repository = repository
-        self.app = create_app(repository)
+        self.app = create_app(repository, streaming=False)  # Mangum returns one buffered response
         self._mangum = Mangum(self.app, lifespan="off")
         self.direct = os.environ.get(DIRECT_ENV, "1") != "0" if direct is None else direct
         self.invocations = 0

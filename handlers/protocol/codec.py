@@ -62,8 +62,11 @@ __all__ = [
     "encode_response",
     "float32_from_bf16",
     "is_raw_input",
+    "json_data",
+    "json_tensor",
     "log_prefix",
     "output_bytes",
+    "parse_json",
     "tensor_datatype",
 ]
 
@@ -186,7 +189,7 @@ def decode_request(
             parameters={"binary_data_output": True},  # Triton answers raw requests in binary
         )
 
-    document = _parse_json(framing.header)
+    document = parse_json(framing.header)
     if type(document) is not dict:
         raise invalid_argument(
             f"Unable to parse 'inputs': the request JSON must be an object, got {_type_name(document)}"
@@ -218,7 +221,9 @@ def decode_request(
     return request
 
 
-def _parse_json(header: memoryview) -> Any:
+def parse_json(header: memoryview) -> Any:
+    """A request's JSON (NaN and Infinity accepted, as Triton's parser does); INVALID_ARG with
+    the parser's message otherwise."""
     try:
         return orjson.loads(header)
     except orjson.JSONDecodeError as error:
@@ -323,7 +328,7 @@ class _InputDecoder:
             raise not_found(f"Unable to find shared memory region: '{region}'")
         if "binary_data_size" in parameters:
             return name, self._binary(name, datatype, shape, parameters["binary_data_size"])
-        return name, _json_tensor(
+        return name, json_tensor(
             tensor["data"], datatype, shape, BytesContext(name, self.model_name, self.prefix)
         )
 
@@ -405,7 +410,7 @@ def _flatten_any(data: list) -> list:
     return leaves
 
 
-def _json_tensor(data: Any, datatype: str, shape: list[int], where: BytesContext) -> np.ndarray:
+def json_tensor(data: Any, datatype: str, shape: list[int], where: BytesContext) -> np.ndarray:
     """A JSON `data` array (flat or nested, row-major) as a tensor of `shape`. The element count is
     compared before any conversion; numbers are converted by numpy, never one by one in Python."""
     name = where.input_name
@@ -563,7 +568,7 @@ def encode_response(
             datatype = "BYTES"
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(array.shape)}
         try:
-            data = None if binary else _json_data(array, datatype)
+            data = None if binary else json_data(array, datatype)
             raw = output_bytes(array, datatype) if data is None else None
         except (ValueError, TypeError, OverflowError) as exc:
             # the model returned something its config does not declare (a Python model's bug)
@@ -633,7 +638,7 @@ def output_bytes(array: np.ndarray, datatype: str) -> bytes | np.ndarray:
     return flat.view(np.uint8)
 
 
-def _json_data(array: np.ndarray, datatype: str) -> Any:
+def json_data(array: np.ndarray, datatype: str) -> Any:
     """The flat JSON `data` of an output: a numpy array orjson serialises natively, a list of
     strings for BYTES, or a pre-serialised fragment when floats are not finite (Triton writes
     NaN/Infinity, which JSON-with-NaN parsers such as tritonclient's read). None when the output

@@ -3,6 +3,7 @@
 Status codes and bodies follow tritonserver 2.51 as measured (docs/protocol.md): unknown model 404
 `Request for unknown model: 'x' is not found`, readiness by status code (200 / 400), errors as
 `{"error": "..."}`. The gRPC service (handlers/protocol/grpc) answers from the same documents.
+Infer on a decoupled model answers tritonserver's 501 (generate.py streams its responses).
 
 Every route is described in the app's OpenAPI document (`GET /openapi.json`): the v2 request and
 response bodies, the binary tensor data extension's framing, and every status a route answers, so
@@ -28,7 +29,7 @@ from .. import metrics, workers
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import ErrorCode, InferenceError
 from ..inference import InferRequest
-from ..model_repository import LoadedModel, ModelRepository
+from ..model_repository import LoadedModel, ModelRepository, decoupled_error
 from .codec import decode_request, encode_error, encode_response
 from .compression import compress, decompress
 from .validation import validate_request
@@ -287,7 +288,8 @@ _INFER_DOC: dict[str, Any] = {
         413: _error("Request body or an input tensor over the limits (TOOLKIT_MAX_REQUEST_BYTES, "
                     "TOOLKIT_MAX_TENSOR_ELEMENTS)"),
         500: _error("The model's own error (an exception in model.py), as tritonserver answers it"),
-        501: _error("Unsupported request feature (a Content-Encoding other than gzip or deflate)"),
+        501: _error("Unsupported request feature (a Content-Encoding other than gzip or deflate), or a decoupled "
+                    "model (use generate_stream)"),
         503: _error("Not ready, queue full (`max_queue_size`), queue timeout, or shutting down"),
         "4XX": _OTHER_CLIENT_ERRORS,
     },
@@ -468,8 +470,11 @@ def _error_reply(error: InferenceError) -> InferReply:
 
 def _infer_target(repository: ModelRepository, model_name: str, model_version: int | None,
                   headers: InferHeaders) -> LoadedModel:
-    """The addressed model version, ready, and a declared body within the limit (before reading it)."""
+    """The addressed model version, ready, not decoupled, and a declared body within the limit
+    (before reading it)."""
     model = repository.get(model_name, model_version)
+    if model.decoupled:  # tritonserver refuses before reading the body
+        raise decoupled_error()
     if not model.ready:
         raise model.not_ready_error()
     limits.LIMITS.check_content_length(headers.content_length)

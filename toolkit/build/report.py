@@ -271,6 +271,14 @@ def full_batch_bytes(config: dict[str, Any]) -> int | None:
     return total
 
 
+def decoupled_models(compiled: CompiledRepository) -> list[str]:
+    """The models with `model_transaction_policy { decoupled: true }`."""
+    return sorted(
+        name for name, model in compiled.models.items()
+        if (model.config.get("model_transaction_policy") or {}).get("decoupled", False)
+    )
+
+
 def target_warnings(target: Target, compiled: CompiledRepository, gpu_requested: list[str]) -> list[str]:
     """What the platform does differently from tritonserver, per model where it matters."""
     warnings: list[str] = []
@@ -293,6 +301,21 @@ def target_warnings(target: Target, compiled: CompiledRepository, gpu_requested:
                 f"AWS Lambda runs one request per execution environment, so dynamic_batching of {', '.join(batched)} "
                 "never batches across requests there (each request's own batch still runs as one batch)"
             )
+        decoupled = decoupled_models(compiled)
+        if decoupled:
+            warnings.append(
+                f"{', '.join(decoupled)}: decoupled (streaming) model(s) on AWS Lambda: POST "
+                "/v2/models/<name>/generate answers a model's single response (within the 6 MB payload limit); "
+                "generate_stream is refused (501) because a Python function's response reaches the client in one "
+                "piece (Lambda streams responses natively only for Node.js runtimes), and /infer refuses decoupled "
+                "models as tritonserver does (501); deploy to Cloud Run or Knative to stream responses"
+            )
+    elif decoupled_models(compiled):
+        warnings.append(
+            f"{', '.join(decoupled_models(compiled))}: decoupled (streaming) model(s) stream server-sent events through "
+            "POST /v2/models/<name>/generate_stream until the service's request timeout ends the connection "
+            "(toolkit deploy --timeout, up to 3600 s)"
+        )
     if target.request_limit_bytes:
         overhead = 4 / 3 if target.name == "lambda" else 1.0
         for name in sorted(compiled.models):

@@ -3,7 +3,8 @@
 Unmodified clients (`tritonclient.http`, `perf_analyzer -u 127.0.0.1:8000`, curl) talk to the
 proxy as they would to tritonserver; the proxy adds SigV4 or a Google ID token (signing.py) and
 forwards to the private deployment over HTTPS, then relays the answer unchanged: status, body
-(compressed bodies stay compressed) and headers such as `Inference-Header-Content-Length`.
+(compressed bodies stay compressed) and headers such as `Inference-Header-Content-Length`;
+server-sent events (generate_stream) are relayed as they arrive.
 
 It listens on 127.0.0.1 by default: anyone who can reach it calls the deployment with your
 credentials. HTTP/1.1 keep-alive on both sides; a thread per client connection; a pool of
@@ -21,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import select
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
@@ -39,6 +42,10 @@ CLIENT_AUTH = frozenset({"authorization", "x-amz-date", "x-amz-security-token", 
 MAX_BODY_BYTES = 256 * 1024 * 1024
 LAMBDA_INVOKE_PATH = re.compile(r"/2015-03-31/functions/[^/]+/invocations$")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _is_event_stream(headers) -> bool:  # noqa: ANN001 - urllib3's HTTPHeaderDict
+    return headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
 
 
 def is_lambda_invoke_url(url: str) -> bool:
@@ -114,6 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.command, url, body=body if body or self.command in ("POST", "PUT", "PATCH") else None,
                 headers=signed, preload_content=False, decode_content=False, redirect=False, retries=False,
             )
+            if _is_event_stream(response.headers):
+                self._relay_events(response)
+                return
             data = response.read(decode_content=False)
             response.release_conn()
         except urllib3.exceptions.HTTPError as exc:
@@ -123,6 +133,61 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.forwarded += 1
         relayed = [(k, v) for k, v in response.headers.items() if k.lower() not in HOP_BY_HOP]
         self._reply(response.status, relayed, data)
+
+    def _relay_events(self, response) -> None:  # noqa: ANN001 - urllib3's HTTPResponse
+        """Server-sent events (generate_stream) go on to the client chunk by chunk as they arrive,
+        never collected: a streaming client sees each event when the deployment sends it."""
+        import urllib3
+
+        with self.server.lock:
+            self.server.forwarded += 1
+        self.send_response(response.status)
+        for key, value in response.headers.items():
+            if key.lower() not in HOP_BY_HOP:
+                self.send_header(key, value)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunks = response.read_chunked(decode_content=False) if response.chunked else response.stream(
+            64 * 1024, decode_content=False
+        )
+        finished = threading.Event()
+        watcher = threading.Thread(target=self._watch_client, args=(response, finished), daemon=True)
+        watcher.start()
+        complete = False
+        try:
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            complete = True
+        except (OSError, urllib3.exceptions.HTTPError):  # the client or the upstream went away
+            self.close_connection = True
+        finally:
+            finished.set()
+            watcher.join()
+            if complete:
+                response.release_conn()
+            else:
+                response.close()  # the deployment sees the disconnect and cancels the request
+
+    def _watch_client(self, response, finished: threading.Event) -> None:  # noqa: ANN001
+        """While events are relayed, a client that closes its connection closes the upstream one,
+        which ends the upstream read at once (the deployment then cancels the request)."""
+        while not finished.is_set():
+            readable, _, _ = select.select([self.connection], [], [], 0.2)
+            if not readable:
+                continue
+            try:
+                gone = self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                gone = True
+            if gone and not finished.is_set():
+                sock = getattr(getattr(response, "connection", None), "sock", None)
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
+            return  # gone, or the client sent more (its next request): stop watching
 
     def _invoke(self, headers: dict[str, str], body: bytes) -> None:
         """One request as a Function URL event through the Lambda Invoke API endpoint."""

@@ -129,10 +129,18 @@ def resolve_ensembles(
             # ValidateEnsembleConfig marks the ensemble decoupled when a step of its data flow is.
             policy = ensembles[name].model_transaction_policy
             policy.SetInParent()
-            policy.decoupled = any(
-                result.models[m].config.get("model_transaction_policy", {}).get("decoupled", False)
-                for m, _ in steps[name]
-            )
+            decoupled = [
+                m for m, _ in steps[name]
+                if result.models[m].config.get("model_transaction_policy", {}).get("decoupled", False)
+            ]
+            policy.decoupled = bool(decoupled)
+            if decoupled:  # this product does not stream through ensembles
+                from handlers.config.support import decoupled_ensemble_message
+
+                status[name] = result.failures[name] = UnsupportedModelError(
+                    decoupled_ensemble_message(name, decoupled), model=name
+                )
+                continue
             try:
                 result.models[name] = load(name, [])
             except ModelError as exc:

@@ -4,8 +4,9 @@ Triton's message first.
 
 The backend is checked here (which backends the runtime has is the build's knowledge, with
 advice on converting the others); the features this product refuses in any config (sequence
-batching, decoupled models) are handlers/config/support.py's, which the
-image build's completion step runs too.
+batching, decoupled models other than Python ones, decoupled ensembles, conda-pack environments
+that cannot host the model process) are handlers/config/support.py's, which the image build's
+completion step runs too.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
 - `inprocess_instance.py` + `local_host.py`: an instance inside the serving process;
   `instance_mode` chooses (see its doc and docs/python-backend.md);
 - `bls.py`: BLS calls against the repository's models; `conversion.py`: runtime <-> payloads;
+- `streams.py`: the responses of decoupled models (`model_transaction_policy { decoupled: true }`)
+  on their way to each request's response stream;
 - `metric_store.py`, `metric_family.py`, `logger.py`: custom metrics and logging;
 - `autocomplete.py`: running a model's `auto_complete_config` (compile time).
 
@@ -22,6 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+DECOUPLED = True  # serves decoupled models (handlers/backends/__init__.py)
 INSTANCE_MODE_ENV = "TOOLKIT_PYTHON_INSTANCE_MODE"
 PROCESS, IN_PROCESS, AUTO = "process", "inprocess", "auto"
 log = logging.getLogger("handlers.python")
@@ -143,12 +146,6 @@ def new_instance(spec: Any, version: int, name: str, kind: str = "KIND_CPU", dev
     """One instance of a Python model, named `name`, on `kind` / `device_id`. `threads`: its CPU
     budget, given to a model process as OMP_NUM_THREADS and friends (handlers/cpu_budget.py); an
     in-process instance shares the serving process's environment and gets none."""
-    policy = spec.config.get("model_transaction_policy") or {}
-    if policy.get("decoupled"):
-        raise PythonModelLoadError(
-            f"model '{spec.name}' uses model_transaction_policy {{ decoupled: true }}: streaming (decoupled) "
-            "responses are not supported; return exactly one response per request"
-        )
     if instance_mode(spec, version) == IN_PROCESS:
         from .inprocess_instance import InProcessInstance
         from .model_runner import ModelLoadError

@@ -13,6 +13,10 @@ Messages follow Triton's python backend (request_executor.cc): a request that ca
 an error from the model's execution comes back as the model produced it. Deviation: Triton 2.51
 reports every BLS error with code INTERNAL; the error's own code is kept here (see
 docs/python-backend.md).
+
+Decoupled calls (`exec(decoupled=True)`): `submit_stream` delivers every event of the callee
+(one final event for a model that is not decoupled) as (payload, final); `exec()` without
+`decoupled=True` on a decoupled model is refused with Triton's message.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 from ...errors import InferenceError, internal, not_found, unavailable
 from ...inference import InferOutcome, InferRequest, RequestedOutput
 from ...protocol.validation import validate_request
+from ...streaming import ResponseSink, StreamEvent
 from .conversion import error_payload, response_payload, runtime_array
 from .host import BlsCall, BlsOutcome
 
@@ -72,6 +77,12 @@ class BlsBridge:
         prefix = f"Model {call.model_name} - Error when running inference: "
         try:
             model = self._resolve(call)
+            if model.spec.decoupled:
+                raise internal(
+                    f"Model {call.model_name} is using the decoupled. The current BLS request call doesn't support "
+                    "models using the decoupled transaction policy. Please use 'decoupled=True' argument to the "
+                    "'exec' or 'async_exec' calls for decoupled models.'"
+                )
             request = self._request(call, model)
             validate_request(model.spec.config, request)
         except InferenceError as exc:
@@ -104,6 +115,33 @@ class BlsBridge:
                 finished(internal(f"{type(exc).__name__}: {exc}"))
 
         future.add_done_callback(settle)
+
+    def submit_stream(self, call: BlsCall, on_event: Callable[[BlsOutcome | None, bool], None]) -> Callable[[], None]:
+        """Queue a decoupled call: `on_event(payload, final)` gets each response (BlsOutcome), each
+        error, and a flag-only final as None, in order, ending with final=True. Returns the call's
+        cancel."""
+        prefix = f"Model {call.model_name} - Error when running inference: "
+
+        def deliver(event: StreamEvent) -> None:
+            if event.error is not None:
+                payload: BlsOutcome | None = error_payload(event.error)
+            elif event.response is not None:
+                payload = response_payload(event.response)
+            else:
+                payload = None
+            on_event(payload, event.final)
+
+        sink = ResponseSink(deliver)
+        try:
+            model = self._resolve(call)
+            request = self._request(call, model)
+            validate_request(model.spec.config, request)
+            model.submit_stream(request, sink, _background_loop())
+        except InferenceError as exc:  # never queued
+            sink.finish(InferenceError(prefix + exc.message, exc.code))
+        except Exception as exc:  # noqa: BLE001 - a malformed call must not take the caller down
+            sink.finish(internal(prefix + f"{type(exc).__name__}: {exc}"))
+        return sink.cancel
 
     def _resolve(self, call: BlsCall) -> Any:
         repository = self.repository

@@ -35,7 +35,7 @@ from typing import Any
 
 from ...config.ensemble import ENSEMBLE_PLATFORM, validate_ensemble_config
 from ...config.errors import ConfigError
-from ...config.support import check_supported
+from ...config.support import check_supported, decoupled_ensemble_message
 from ...config.validate import (
     check_label_files,
     duplicate_tensor_warnings,
@@ -148,6 +148,10 @@ def complete_manifest(
             validate_ensemble_config(config, {model: by_name[model]["config"] for model in called})
         except ConfigError as exc:
             failures[entry["name"]] = exc.message
+            continue
+        decoupled = [m for m in called if (by_name[m]["config"].get("model_transaction_policy") or {}).get("decoupled")]
+        if decoupled:  # a step made itself decoupled: so is the ensemble (ValidateEnsembleConfig)
+            failures[entry["name"]] = decoupled_ensemble_message(entry["name"], decoupled)
             continue
         result.ensembles_checked.append(entry["name"])
 

@@ -50,14 +50,15 @@ def runtime_array(array: np.ndarray, datatype: str) -> np.ndarray:
     return array
 
 
-def model_parameters(parameters: dict[str, Any]) -> str:
-    """What `request.parameters()` returns: the request's parameters minus the frontend's, as the
-    core's compact JSON."""
-    kept = {k: v for k, v in parameters.items() if k not in FRONTEND_PARAMETERS}
+def model_parameters(parameters: dict[str, Any], frontend: bool = True) -> str:
+    """What `request.parameters()` returns: the request's parameters minus the ones the v2 infer
+    frontend consumed (`frontend`), as the core's compact JSON."""
+    kept = {k: v for k, v in parameters.items() if not (frontend and k in FRONTEND_PARAMETERS)}
     return json.dumps(kept, separators=(",", ":"))
 
 
-def request_payload(request: InferRequest) -> RequestPayload:
+def request_payload(request: InferRequest, token: int | None = None) -> RequestPayload:
+    """`token`: where a decoupled model's responses to this request go (streams.py)."""
     requested = None if request.requested_outputs is None else [o.name for o in request.requested_outputs]
     return (
         request.id,
@@ -66,7 +67,8 @@ def request_payload(request: InferRequest) -> RequestPayload:
         requested,
         request.flags,
         request.timeout_us,
-        model_parameters(request.parameters),
+        model_parameters(request.parameters, request.frontend_parameters),
+        token,
     )
 
 

@@ -13,10 +13,12 @@ it as the process default so the model's own threads see it.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import enum
 import logging
-from collections.abc import Awaitable
+import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -42,6 +44,55 @@ class BlsCall:
 
 # ("ok", [TensorPayload, ...]) or ("error", message, TRITONSERVER_Error_Code number)
 BlsOutcome = tuple
+
+
+class BlsStream:
+    """The events of a decoupled BLS call (`exec(decoupled=True)`) as they arrive: (BlsOutcome,
+    or None for a flag-only final; final flag). Filled by the host's thread, read by the model's
+    thread (`get` blocks); thread-safe."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._events: collections.deque[tuple[BlsOutcome | None, bool]] = collections.deque()
+        self._ready_hooks: list[Callable[[], object]] = []
+        self._cancel: Callable[[], object] | None = None
+        self._cancelled = False
+
+    def put(self, payload: BlsOutcome | None, final: bool) -> None:
+        with self._cond:
+            self._events.append((payload, final))
+            self._cond.notify_all()
+            hooks, self._ready_hooks = self._ready_hooks, []
+        for hook in hooks:
+            hook()
+
+    def get(self) -> tuple[BlsOutcome | None, bool]:
+        with self._cond:
+            while not self._events:
+                self._cond.wait()
+            return self._events.popleft()
+
+    def when_ready(self, hook: Callable[[], object]) -> None:
+        """Call `hook` once the first event is there (at once if it is)."""
+        with self._cond:
+            if not self._events:
+                self._ready_hooks.append(hook)
+                return
+        hook()
+
+    def set_cancel(self, cancel: Callable[[], object]) -> None:
+        with self._cond:
+            self._cancel = cancel
+            cancelled = self._cancelled
+        if cancelled:
+            cancel()
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._cancelled = True
+            cancel = self._cancel
+        if cancel is not None:
+            cancel()
 
 
 class Phase(enum.Enum):
@@ -81,6 +132,8 @@ class Host(Protocol):
     def infer(self, call: BlsCall) -> BlsOutcome: ...
 
     def infer_async(self, call: BlsCall) -> Awaitable[BlsOutcome]: ...
+
+    def infer_stream(self, call: BlsCall) -> BlsStream: ...
 
     def is_model_ready(self, name: str, version: str) -> bool: ...
 

@@ -14,11 +14,13 @@ import time
 from dataclasses import replace
 from typing import Any
 
+from ...errors import InferenceError
 from ...inference import InferOutcome, InferRequest
 from . import conversion
 from .bls import BlsBridge
 from .local_host import install_local_host
 from .model_runner import ModelRunner
+from .streams import ResponseRoutes
 
 
 class InProcessInstance:
@@ -28,6 +30,8 @@ class InProcessInstance:
         self.version = version
         self.name = name
         self.bridge = BlsBridge(spec)
+        self.decoupled = bool(spec.decoupled)
+        self.routes = ResponseRoutes()  # a decoupled model's senders send here directly
         local = install_local_host()
         local.remember(self.bridge)
         self.runner = ModelRunner(
@@ -39,17 +43,27 @@ class InProcessInstance:
             kind=kind,
             device_id=device_id,
             isolated=True,
+            responses=self.routes,
         )
         self.runner.context = replace(self.runner.context, owner=self.bridge)  # BLS goes through this model's bridge
         self.runner.load()
         self.start_seconds = time.perf_counter() - started
 
     def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
-        payloads = [conversion.request_payload(r) for r in requests]
-        return conversion.outcomes(self.runner.execute(payloads), requests)
+        if not self.decoupled:
+            payloads = [conversion.request_payload(r) for r in requests]
+            return conversion.outcomes(self.runner.execute(payloads), requests)
+        tokens = [self.routes.open(r) for r in requests]
+        payloads = [conversion.request_payload(r, t) for r, t in zip(requests, tokens)]
+        outcomes = conversion.outcomes(self.runner.execute(payloads), requests)
+        for token, outcome in zip(tokens, outcomes):
+            if isinstance(outcome, InferenceError):
+                self.routes.forget(token)  # the batcher ends the request with the error
+        return outcomes
 
     def is_ready(self) -> bool:
         return self.runner.is_ready()
 
     def close(self, timeout: float = 30.0) -> None:
         self.runner.finalize()
+        self.routes.close_all(f"model instance '{self.name}' was unloaded before it sent the final response")

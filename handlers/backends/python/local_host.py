@@ -9,7 +9,7 @@ from typing import Any
 
 from . import host
 from .bls import BlsBridge
-from .host import BlsCall, BlsOutcome
+from .host import BlsCall, BlsOutcome, BlsStream
 from .metric_store import MetricStore, runtime_store
 from .triton_error import TritonModelException
 
@@ -43,6 +43,11 @@ class LocalHost:
 
         self._bridge().submit(call, finished)
         return future
+
+    def infer_stream(self, call: BlsCall) -> BlsStream:
+        stream = BlsStream()
+        stream.set_cancel(self._bridge().submit_stream(call, stream.put))
+        return stream
 
     def is_model_ready(self, name: str, version: str) -> bool:
         return self._bridge().is_model_ready(name, version)

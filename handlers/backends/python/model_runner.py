@@ -18,6 +18,15 @@ Triton's rules kept here (pb_stub.cc, model_context.cc, python_be.cc in tritonse
   message: ..." (INTERNAL). A response's own error fails just its request, with its code;
 - responses are pruned to the outputs the request asked for (all outputs when it asked none);
 - `finalize()` on unload; exceptions there are logged.
+
+Decoupled models (`model_transaction_policy { decoupled: true }`, pb_stub.cc ProcessRequests):
+each request's response sender (`request.get_response_sender()`) sends its responses to the
+`responses` channel under the request's token; `execute` must return None (anything else fails the
+batch with "Python model '<instance>' is using the decoupled mode and the execute function must
+return None."); an `async def execute` runs in the background (the instance takes its next batch
+at once) and, where Triton only logs its exception, the requests it left open end with the error.
+When `execute` fails, every sender of the batch is closed and the requests not yet finished end
+with the batch's error (the serving side sends it).
 """
 
 from __future__ import annotations
@@ -40,9 +49,9 @@ if TYPE_CHECKING:
     import asyncio
 
 from . import host
-from .request import InferenceRequest, InferenceResponseSender
-from .response import InferenceResponse
-from .tensor import Tensor, to_payload
+from .request import DecoupledResponseSender, InferenceRequest, InferenceResponseSender, ResponseChannel
+from .response import InferenceResponse, outcome_payload
+from .tensor import Tensor
 
 log = logging.getLogger("handlers.python")
 
@@ -50,10 +59,11 @@ PB_UTILS = "triton_python_backend_utils"
 INTERNAL = 1  # TRITONSERVER_ERROR_INTERNAL
 
 # (request_id, correlation_id, inputs [(name, array, datatype)], requested output names, flags,
-#  timeout_us, parameters JSON)
+#  timeout_us, parameters JSON, response token (decoupled models) or None)
 RequestPayload = tuple
 # ("ok", [(name, array, datatype)]) or ("error", message, TRITONSERVER_Error_Code number)
 OutcomePayload = tuple
+EXECUTED: OutcomePayload = ("ok", [])  # a decoupled request whose execute returned
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _STDLIB = os.path.dirname(os.path.abspath(threading.__file__))
@@ -118,6 +128,7 @@ class ModelRunner:
         kind: str = "KIND_CPU",
         device_id: int = 0,
         isolated: bool = False,
+        responses: ResponseChannel | None = None,
     ) -> None:
         self.model_file = Path(model_file)
         self.model_dir = Path(model_dir)
@@ -128,6 +139,8 @@ class ModelRunner:
         self.kind = kind
         self.device_id = device_id
         self.isolated = isolated
+        self.decoupled = bool((config.get("model_transaction_policy") or {}).get("decoupled", False))
+        self.responses = responses  # where a decoupled model's senders send
         self.context = host.ModelContext(self.model_name, instance_name, str(self.model_file.parent), host.Phase.INITIALIZE)
         self.outputs = [o["name"] for o in config.get("output", [])]
         self.model: Any = None
@@ -186,33 +199,87 @@ class ModelRunner:
     # -- execute ------------------------------------------------------------------------------------
 
     def _request(self, payload: RequestPayload) -> InferenceRequest:
-        request_id, correlation_id, inputs, requested, flags, timeout_us, parameters = payload
+        request_id, correlation_id, inputs, requested, flags, timeout_us, parameters, token = payload
+        names = list(requested) if requested is not None else list(self.outputs)
+        sender = None
+        if self.decoupled:
+            sender = DecoupledResponseSender(self.responses or _DROP, token or 0, names, self.instance_name)
         return InferenceRequest._from_server(
             request_id=request_id,
             correlation_id=correlation_id,
             inputs=[Tensor._wrap(name, array, datatype) for name, array, datatype in inputs],
-            requested_output_names=list(requested) if requested is not None else list(self.outputs),
+            requested_output_names=names,
             model_name=self.model_name,
             model_version=self.version,
             flags=flags,
             timeout=timeout_us,
             parameters=parameters,
+            sender=sender,
         )
 
     def execute(self, payloads: list[RequestPayload]) -> list[OutcomePayload]:
         requests = [self._request(p) for p in payloads]
         token = host.enter_context(self.context.with_phase(host.Phase.EXECUTE))
         try:
+            if self.decoupled:
+                self._execute_decoupled(requests)
+                return [EXECUTED] * len(requests)
             responses = self._responses(requests, self._call_execute(requests))
         except _BatchFailure as failure:
+            self._close_senders(requests)
             return [self._batch_error(failure.message)] * len(requests)
         except Exception as exc:  # noqa: BLE001 - anything the model's code raises
+            self._close_senders(requests)
             message = describe_exception(exc)
             log.error("%s", f"Failed to process the request(s) for model '{self.instance_name}', message: {message}")
             return [self._batch_error(message)] * len(requests)
         finally:
             host.leave_context(token)
         return [self._outcome(request, response) for request, response in zip(requests, responses)]
+
+    def _execute_decoupled(self, requests: list[InferenceRequest]) -> None:
+        execute = getattr(self.model, "execute", None)
+        if execute is None:
+            raise _BatchFailure(f"Python model {self.model_file} does not implement `execute` method.")
+        result = execute(requests)
+        if isinstance(result, CoroutineType):
+            self._run_in_background(result, requests)
+        elif result is not None:
+            raise _BatchFailure(self._must_return_none())
+
+    def _must_return_none(self) -> str:
+        return f"Python model '{self.instance_name}' is using the decoupled mode and the execute function must return None."
+
+    def _close_senders(self, requests: list[InferenceRequest]) -> None:
+        """A failed batch: the server ends the open requests with the batch's error, so the
+        model's threads may not send to them any more (as pb_stub closes every sender)."""
+        if self.decoupled:
+            for request in requests:
+                sender = request.response_sender
+                if isinstance(sender, DecoupledResponseSender):
+                    sender._close()
+
+    def _run_in_background(self, coroutine: Any, requests: list[InferenceRequest]) -> None:
+        """A decoupled `async def execute`: run on the instance's event loop without waiting."""
+        future = self._schedule_coroutine(coroutine)
+
+        def done(f: Any) -> None:
+            if f.cancelled():
+                message = "the model's execute coroutine was cancelled"
+            elif f.exception() is not None:
+                message = describe_exception(f.exception())
+            elif f.result() is not None:
+                message = self._must_return_none()
+            else:
+                return
+            text = f"Failed to process the request(s) for model '{self.instance_name}', message: {message}"
+            log.error("%s", text)
+            for request in requests:  # the ones the coroutine left open end with its error
+                sender = request.response_sender
+                if isinstance(sender, DecoupledResponseSender):
+                    sender._fail(text)
+
+        future.add_done_callback(done)
 
     def _call_execute(self, requests: list[InferenceRequest]) -> Any:
         execute = getattr(self.model, "execute", None)
@@ -251,18 +318,7 @@ class ModelRunner:
     def _outcome(self, request: InferenceRequest, response: InferenceResponse | str) -> OutcomePayload:
         if isinstance(response, str):
             return self._batch_error(response)
-        error = response.error()
-        if error is not None:
-            return ("error", error.message(), int(error.code()))
-        wanted = set(request.requested_names)
-        outputs = []
-        seen: set[str] = set()
-        for tensor in response.output_tensors():
-            name = tensor.name()
-            if name in wanted and name not in seen:
-                seen.add(name)
-                outputs.append(to_payload(tensor))
-        return ("ok", outputs)
+        return outcome_payload(response, request.requested_names)
 
     def _batch_error(self, message: str) -> OutcomePayload:
         return ("error", f"Failed to process the request(s) for model '{self.instance_name}', message: {message}", INTERNAL)
@@ -272,6 +328,11 @@ class ModelRunner:
     def _run_coroutine(self, coroutine: Any) -> Any:
         """Run an `async def` execute on this instance's event loop (a thread of its own, as the
         python backend does), waiting for its result."""
+        return self._schedule_coroutine(coroutine).result()
+
+    def _schedule_coroutine(self, coroutine: Any) -> Any:
+        """Start a coroutine on the instance's event loop, in the current model context; its
+        concurrent.futures.Future."""
         import asyncio
 
         if self._loop is None:
@@ -286,7 +347,7 @@ class ModelRunner:
                 host.enter_context(context)
             return await coroutine
 
-        return asyncio.run_coroutine_threadsafe(with_context(), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(with_context(), self._loop)
 
     # -- readiness and unload ---------------------------------------------------------------------------
 
@@ -335,3 +396,17 @@ def _sent(sender: InferenceResponseSender | None) -> InferenceResponse | str:
     if sender is not None and sender.sent is not None:
         return sender.sent
     return "execute() returned no response for this request and sent none through its response sender"
+
+
+class _DropResponses:
+    """The channel of a decoupled model run without a server around it (its responses are
+    dropped)."""
+
+    def send(self, token: int, payload: Any, final: bool) -> None:
+        pass
+
+    def is_cancelled(self, token: int) -> bool:
+        return False
+
+
+_DROP = _DropResponses()

@@ -5,8 +5,10 @@ model.py copies in parallel even for CPU-bound Python code, a crash or a `sys.ex
 takes down only its instance, and models never share `sys.modules`. The two processes talk over a
 socketpair (no /dev/shm, which AWS Lambda lacks); see ipc.py.
 
-One reader thread per instance serves what the model process sends: batch results, BLS calls
-(queued on the target model without blocking), `is_model_ready`, log lines and custom metrics.
+One reader thread per instance serves what the model process sends: batch results, a decoupled
+model's responses (handed to the requests' response streams, streams.py), BLS calls (queued on
+the target model without blocking; a decoupled BLS call's responses go back as they arrive),
+`is_model_ready`, log lines and custom metrics.
 When the model process dies, the batch it was running fails with Triton's "Stub process
 '<instance>' is not healthy." and the next batch starts a fresh process (Triton 2.51 keeps failing
 instead; docs/python-backend.md).
@@ -28,13 +30,14 @@ from typing import Any
 import handlers
 
 from ...cpu_budget import thread_environment
-from ...errors import internal
+from ...errors import InferenceError, internal
 from ...inference import InferOutcome, InferRequest
 from . import conversion, execution_env
 from .bls import BlsBridge
 from .host import emit_log, emit_record
 from .ipc import Channel, ChannelClosed
 from .metric_store import runtime_store
+from .streams import ResponseRoutes
 
 log = logging.getLogger("handlers.python")
 
@@ -67,6 +70,9 @@ class ProcessInstance:
         self.kind = kind
         self.device_id = device_id
         self.bridge = BlsBridge(spec)
+        self.decoupled = bool(spec.decoupled)
+        self.routes = ResponseRoutes(on_cancel=self._send_cancel)
+        self._bls_streams: dict[int, Any] = {}  # call id -> cancel of a decoupled BLS call in flight
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
         self._lock = threading.Lock()
@@ -191,6 +197,8 @@ class ProcessInstance:
                 kind, ident, payload = channel.receive()
                 if kind in ("result", "answer"):
                     self._wake(waiters, ident, payload)
+                elif kind == "response":  # a decoupled model's response (payload, final)
+                    self.routes.send(ident, *payload)
                 elif kind == "call":
                     self._serve_call(channel, ident, *payload)
                 elif kind == "notify":
@@ -224,6 +232,14 @@ class ProcessInstance:
         for ident, waiter in pending.items():
             waiter.value = ("failed", _exit_message(self.name, code)) if ident == 0 else ("gone", gone)
             waiter.event.set()
+        if self.decoupled:  # nothing more will come for the requests it had open
+            self.routes.close_all(
+                f"model instance '{self.name}' was unloaded before it sent the final response" if self._closing else gone
+            )
+        with self._lock:
+            streams, self._bls_streams = self._bls_streams, {}
+        for cancel in streams.values():
+            cancel()  # its BLS calls have nobody to answer
 
     def _register(self, ident: int) -> _Waiter | None:
         """A waiter for an answer, or None when no reader will ever answer (process gone)."""
@@ -252,6 +268,9 @@ class ProcessInstance:
             if method == "infer":
                 self.bridge.submit(args[0], lambda outcome: reply(("ok", outcome)))
                 return
+            if method == "infer_stream":
+                self._serve_stream(channel, call_id, args[0])
+                return
             if method == "is_model_ready":
                 reply(("ok", self.bridge.is_model_ready(*args)))
             elif method == "metric_family":
@@ -267,6 +286,31 @@ class ProcessInstance:
         except Exception as exc:  # noqa: BLE001 - answer, never leave the model waiting
             reply(("error", f"{type(exc).__name__}: {exc}"))
 
+    def _serve_stream(self, channel: Channel, call_id: int, call: Any) -> None:
+        """A decoupled BLS call: each event goes back as ("stream", call id, (payload, final))."""
+
+        def event(payload: Any, final: bool) -> None:
+            if final:
+                with self._lock:
+                    self._bls_streams.pop(call_id, None)
+            try:
+                channel.send(("stream", call_id, (payload, final)))
+            except ChannelClosed:
+                pass
+
+        cancel = self.bridge.submit_stream(call, event)
+        with self._lock:
+            self._bls_streams[call_id] = cancel
+
+    def _send_cancel(self, token: int) -> None:
+        """The client of a decoupled request went away: the model's `is_cancelled()` turns true."""
+        channel = self._channel
+        if channel is not None:
+            try:
+                channel.send(("cancel", token, None))
+            except ChannelClosed:
+                pass
+
     def _serve_notify(self, method: str, args: tuple) -> None:
         try:
             if method == "log":
@@ -275,6 +319,11 @@ class ProcessInstance:
                 emit_record(*args)
             elif method == "metric_update":
                 runtime_store().update(*args)
+            elif method == "bls_cancel":
+                with self._lock:
+                    cancel = self._bls_streams.get(args[0])
+                if cancel is not None:
+                    cancel()
         except Exception as exc:  # noqa: BLE001 - a bad notification never stops the reader
             log.error("model instance '%s': %s notification refused: %s", self.name, method, exc)
 
@@ -293,11 +342,13 @@ class ProcessInstance:
         except ModelProcessError as exc:
             error = internal(f"Stub process '{self.name}' is not healthy. Restarting it failed: {exc}")
             return [error] * len(requests)
-        payloads = [conversion.request_payload(r) for r in requests]
+        tokens = [self.routes.open(r) for r in requests] if self.decoupled else [None] * len(requests)
+        payloads = [conversion.request_payload(r, t) for r, t in zip(requests, tokens)]
         batch = next(self._ids)
         waiter = self._register(batch)
         channel = self._channel
         if waiter is None or channel is None:
+            self._forget(tokens)
             return [internal(f"Stub process '{self.name}' is not healthy.")] * len(requests)
         try:
             channel.send(("execute", batch, payloads))
@@ -311,8 +362,17 @@ class ProcessInstance:
         for request in requests:
             request.compute_infer_end_ns = received
         if isinstance(waiter.value, tuple) and waiter.value and waiter.value[0] == "gone":
+            self._forget(tokens)
             return [internal(waiter.value[1])] * len(requests)
-        return conversion.outcomes(waiter.value, requests)
+        outcomes = conversion.outcomes(waiter.value, requests)
+        self._forget([t for t, o in zip(tokens, outcomes) if isinstance(o, InferenceError)])
+        return outcomes
+
+    def _forget(self, tokens: list[int | None]) -> None:
+        """Requests that failed with their batch: the batcher ends their streams."""
+        for token in tokens:
+            if token is not None:
+                self.routes.forget(token)
 
     def is_ready(self) -> bool:
         """The model's own is_ready() (True when it has none); False when its process is gone."""

@@ -8,17 +8,27 @@ arguments `request_id=''`, `correlation_id=0`, `inputs`, `requested_output_names
 
 BLS errors come back inside the response (`response.has_error()`), never raised, as in Triton;
 calling BLS from `initialize`/`finalize` raises TritonModelException as in Triton.
+
+Response senders (`request.get_response_sender()`, response_sender.cc): a model that is not
+decoupled may send one response (and the final flag) before `execute` returns; a decoupled model
+sends any number, from any thread, until the final flag, with Triton's messages for a sender used
+wrongly. A decoupled sender that is dropped (garbage-collected) while its request is still open
+ends the request's stream with an error, where tritonserver would leave the client waiting forever.
+`exec(decoupled=True)` returns a `ResponseIterator` over the callee's responses as they arrive.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import queue
+import threading
 from collections.abc import Iterator
 from enum import IntEnum
-from typing import Any
+from typing import Any, Protocol
 
 from . import host
-from .response import InferenceResponse
+from .response import InferenceResponse, outcome_payload
 from .tensor import Tensor, to_payload
 from .triton_error import TritonError, TritonModelException
 
@@ -53,10 +63,31 @@ class InferenceTrace:
         return None
 
 
+_SEND_SIGNATURE = (
+    "    1. (self: c_python_backend_utils.InferenceResponseSender, response: "
+    "c_python_backend_utils.InferenceResponse = None, flags: int = 0) -> None"
+)
+
+
+def _check_send_arguments(sender: Any, response: Any, flags: Any) -> None:
+    """pybind11's argument check, then CheckResponseSenderArguments (response_sender.cc)."""
+    if (response is not None and not isinstance(response, InferenceResponse)) or type(flags) is not int:
+        raise TypeError(
+            "send(): incompatible function arguments. The following argument types are supported:\n"
+            f"{_SEND_SIGNATURE}\n\nInvoked with: {sender!r}, {response!r}; kwargs: flags={flags!r}"
+        )
+    if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
+        raise TritonModelException("Unable to send response. Unsupported flag provided.")
+    if flags == 0 and response is None:
+        raise TritonModelException(
+            "Inference Response object must be provided when the response flags is set to zero."
+        )
+
+
 class InferenceResponseSender:
-    """A non-decoupled request's response sender: one response, then (optionally) the final flag.
-    Decoupled models are not supported, so a second response is refused as Triton refuses it for
-    non-decoupled models. The response reaches the client when `execute` returns."""
+    """A non-decoupled request's response sender: one response, then (optionally) the final flag,
+    refused beyond that as Triton refuses it. The response reaches the client when `execute`
+    returns."""
 
     __slots__ = ("_closed", "_response")
 
@@ -65,28 +96,21 @@ class InferenceResponseSender:
         self._closed = False
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
-        if flags not in (0, TRITONSERVER_RESPONSE_COMPLETE_FINAL):
-            raise TritonModelException("Unable to send response. Unsupported flag provided.")
-        if flags == 0 and response is None:
+        _check_send_arguments(self, response, flags)
+        if response is not None and self._response is not None:
             raise TritonModelException(
-                "Inference Response object must be provided when the response flags is set to zero."
+                "Unable to send response. Non-decoupled model cannot send more than one response."
             )
-        if response is not None and not isinstance(response, InferenceResponse):
-            raise TypeError(f"send(): response must be a pb_utils.InferenceResponse, got {type(response)}")
+        if response is None and self._response is None:
+            raise TritonModelException(
+                "Unable to send response. Non-decoupled model cannot send complete final before sending a "
+                "response."
+            )
         if self._closed:
             raise TritonModelException("Unable to send response. Response sender has been closed.")
         if response is not None:
-            if self._response is not None:
-                raise TritonModelException(
-                    "Unable to send response. Non-decoupled model cannot send more than one response."
-                )
             self._response = response
         if flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL:
-            if self._response is None:
-                raise TritonModelException(
-                    "Unable to send response. Non-decoupled model cannot send complete final before sending a "
-                    "response."
-                )
             self._closed = True
 
     def is_cancelled(self) -> bool:
@@ -96,23 +120,152 @@ class InferenceResponseSender:
     def sent(self) -> InferenceResponse | None:
         return self._response
 
+    def __repr__(self) -> str:
+        return f"<c_python_backend_utils.InferenceResponseSender object at {id(self):#x}>"
+
+
+class ResponseChannel(Protocol):
+    """Where a decoupled model's responses go: the serving process's routes (in-process
+    instances) or the model process's socket (stub.py). `payload` is an OutcomePayload, or None
+    for a flag-only final."""
+
+    def send(self, token: int, payload: Any, final: bool) -> None: ...
+
+    def is_cancelled(self, token: int) -> bool: ...
+
+
+INTERNAL = 1  # TRITONSERVER_ERROR_INTERNAL
+log = logging.getLogger("handlers.python")
+
+
+class DecoupledResponseSender(InferenceResponseSender):
+    """A decoupled request's response sender (pb_utils.InferenceResponseSender): any number of
+    responses, from any thread, until the final flag; outputs pruned to the requested ones."""
+
+    __slots__ = ("_channel", "_lock", "_owner", "_requested", "_token")
+
+    def __init__(self, channel: ResponseChannel, token: int, requested: list[str], owner: str) -> None:
+        super().__init__()
+        self._channel = channel
+        self._token = token
+        self._requested = requested
+        self._owner = owner  # the model instance's name, for messages
+        self._lock = threading.Lock()
+        _start_janitor()
+
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        _check_send_arguments(self, response, flags)
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        payload = None if response is None else outcome_payload(response, self._requested)
+        with self._lock:  # the order of sends is the order of the stream, and nothing after final
+            if self._closed:
+                raise TritonModelException("Unable to send response. Response sender has been closed.")
+            if final:
+                self._closed = True
+            self._channel.send(self._token, payload, final)
+
+    def is_cancelled(self) -> bool:
+        return self._channel.is_cancelled(self._token)
+
+    @property
+    def sent(self) -> InferenceResponse | None:
+        return None
+
+    def _close(self) -> None:
+        """Refuse further sends (the request failed with its batch; the server ends it)."""
+        with self._lock:
+            self._closed = True
+
+    def _fail(self, message: str) -> None:
+        """End the request with an error unless the model ended it."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._channel.send(self._token, ("error", message, INTERNAL), True)
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            # Never send from a finalizer (it may run inside another send holding locks): the
+            # janitor thread sends the error that ends the stream.
+            _orphans.put((self._channel, self._token, (
+                f"Python model '{self._owner}' released the response sender of this request without sending "
+                "TRITONSERVER_RESPONSE_COMPLETE_FINAL: no further response will come"
+            )))
+
+
+_orphans: queue.SimpleQueue[tuple[ResponseChannel, int, str]] = queue.SimpleQueue()
+_janitor: threading.Thread | None = None
+_janitor_lock = threading.Lock()
+
+
+def _start_janitor() -> None:
+    global _janitor
+    if _janitor is not None:
+        return
+    with _janitor_lock:
+        if _janitor is None:
+            _janitor = threading.Thread(target=_end_orphans, name="pb-response-janitor", daemon=True)
+            _janitor.start()
+
+
+def _end_orphans() -> None:
+    while True:
+        channel, token, message = _orphans.get()
+        try:
+            channel.send(token, ("error", message, INTERNAL), True)
+        except Exception:  # noqa: BLE001 - the serving process may be gone
+            log.debug("could not end an abandoned response stream", exc_info=True)
+
+
+class ResponseSource(Protocol):
+    """The responses of a decoupled BLS call as they arrive (host.BlsStream)."""
+
+    def get(self) -> tuple[Any, bool]: ...
+
+    def cancel(self) -> None: ...
+
 
 class ResponseIterator:
-    """What `exec(decoupled=True)` returns: the responses of the call (one, here)."""
+    """What `exec(decoupled=True)` returns (pb_response_iterator.cc): the callee's responses as
+    they arrive, each an InferenceResponse (an error response for an error; an empty one for a
+    flag-only final). Iterating again after the end starts over from the first response."""
 
-    def __init__(self, responses: list[InferenceResponse]) -> None:
-        self._responses = list(responses)
+    def __init__(self, source: ResponseSource | list[InferenceResponse]) -> None:
+        self._responses: list[InferenceResponse] = []
+        self._index = 0
+        if isinstance(source, list):  # a finished list of responses
+            self._source: ResponseSource | None = None
+            self._responses = list(source)
+            self._finished = True
+        else:
+            self._source = source
+            self._finished = False
 
     def __iter__(self) -> Iterator[InferenceResponse]:
+        if self._finished and self._index >= len(self._responses):
+            self._index = 0
         return self
 
     def __next__(self) -> InferenceResponse:
-        if not self._responses:
+        if self._finished:
+            if self._index < len(self._responses):
+                self._index += 1
+                return self._responses[self._index - 1]
             raise StopIteration
-        return self._responses.pop(0)
+        payload, final = self._source.get()  # type: ignore[union-attr]
+        response = InferenceResponse() if payload is None else response_from_outcome(payload)
+        self._responses.append(response)
+        if final:
+            self._finished = True
+            self._index = len(self._responses)
+        return response
 
     def cancel(self) -> None:
-        self._responses.clear()
+        """Cancel the call (newer tritonservers' ResponseIterator.cancel): the callee sees
+        `request.is_cancelled()`, a request still queued leaves the queue."""
+        if self._source is not None and not self._finished:
+            self._source.cancel()
 
 
 _REQUIRED: Any = object()
@@ -220,8 +373,10 @@ class InferenceRequest:
         flags: int,
         timeout: int,
         parameters: str,
+        sender: InferenceResponseSender | None = None,
     ) -> InferenceRequest:
-        """A request as `execute` receives it (parameters already a JSON string)."""
+        """A request as `execute` receives it (parameters already a JSON string); `sender`: its
+        response sender (a decoupled model's, else a new one-response sender)."""
         request = cls.__new__(cls)
         request._request_id = request_id
         request._correlation_id = correlation_id
@@ -233,7 +388,7 @@ class InferenceRequest:
         request._timeout = timeout
         request._parameters = parameters
         request._trace = InferenceTrace()
-        request._sender = InferenceResponseSender()
+        request._sender = InferenceResponseSender() if sender is None else sender
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         return request
 
@@ -264,7 +419,9 @@ class InferenceRequest:
         return set(self._requested)
 
     def is_cancelled(self) -> bool:
-        return False
+        """Whether the client cancelled the request (a decoupled model's requests; a request of a
+        model that is not decoupled completes when `execute` returns)."""
+        return self._sender is not None and self._sender.is_cancelled()
 
     def trace(self) -> InferenceTrace:
         return self._trace
@@ -279,8 +436,9 @@ class InferenceRequest:
     def set_release_flags(self, flags: int) -> None:
         if flags == TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
             raise TritonModelException(
-                "Request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) needs sequence batching or a "
-                "decoupled model, which this runtime does not support"
+                "Request rescheduling (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported by this runtime: "
+                "send every response of a decoupled model from the execute call (or its threads) that "
+                "received the request"
             )
         if flags != TRITONSERVER_REQUEST_RELEASE_ALL:
             raise TritonModelException(f"unknown request release flags {flags}")
@@ -316,18 +474,28 @@ class InferenceRequest:
         )
 
     def exec(self, decoupled: bool = False) -> InferenceResponse | ResponseIterator:
+        """Run the request on its model: its response, or with `decoupled=True` an iterator over
+        every response (required for a decoupled model; any model works)."""
+        if type(decoupled) is not bool:
+            raise TypeError(f"exec(): decoupled must be a bool, got {type(decoupled).__name__}")
         call = self._bls_call()
         current = _bls_host()
-        response = response_from_outcome(current.infer(call))
-        return ResponseIterator([response]) if decoupled else response
+        if decoupled:
+            return ResponseIterator(current.infer_stream(call))
+        return response_from_outcome(current.infer(call))
 
     def async_exec(self, decoupled: bool = False) -> Any:
-        """An asyncio Future (of the running loop) resolving to the response."""
+        """An asyncio Future (of the running loop) resolving to the response, or with
+        `decoupled=True` to a ResponseIterator once the first response has arrived."""
         import asyncio
 
+        if type(decoupled) is not bool:
+            raise TypeError(f"async_exec(): decoupled must be a bool, got {type(decoupled).__name__}")
         call = self._bls_call()
         current = _bls_host()
         loop = asyncio.get_running_loop()
+        if decoupled:
+            return _first_response(loop, current.infer_stream(call))
         result = loop.create_future()
         inner = current.infer_async(call)
 
@@ -339,14 +507,26 @@ class InferenceRequest:
             elif done.exception() is not None:
                 result.set_exception(done.exception())
             else:
-                response = response_from_outcome(done.result())
-                result.set_result(ResponseIterator([response]) if decoupled else response)
+                result.set_result(response_from_outcome(done.result()))
 
         asyncio.ensure_future(inner, loop=loop).add_done_callback(settle)
         return result
 
     def __repr__(self) -> str:
         return f"<pb_utils.InferenceRequest model={self._model_name!r} id={self._request_id!r}>"
+
+
+def _first_response(loop: Any, stream: host.BlsStream) -> Any:
+    """A future of `loop` resolved with the stream's ResponseIterator when its first event has
+    arrived (Triton runs the blocking `exec(decoupled=True)` in a thread for `async_exec`)."""
+    future = loop.create_future()
+
+    def ready() -> None:
+        if not future.done():
+            future.set_result(ResponseIterator(stream))
+
+    stream.when_ready(lambda: loop.call_soon_threadsafe(ready))
+    return future
 
 
 def _bls_host() -> host.Host:

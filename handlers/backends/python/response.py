@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tensor import Tensor
+from .tensor import Tensor, to_payload
 from .triton_error import TritonError
 
 _SIGNATURE = (
@@ -45,3 +45,21 @@ def _incompatible(outputs: Any, error: Any) -> TypeError:
         "__init__(): incompatible constructor arguments. The following argument types are supported:\n"
         f"{_SIGNATURE}\n\nInvoked with: {outputs!r}, {error!r}"
     )
+
+
+def outcome_payload(response: InferenceResponse, requested: Any) -> tuple:
+    """A response as it crosses the model boundary: ("error", message, code) for an error
+    response, else ("ok", tensors) with the outputs pruned to the `requested` names (the first
+    tensor of a name wins), as the python backend prunes them."""
+    error = response.error()
+    if error is not None:
+        return ("error", error.message(), int(error.code()))
+    wanted = set(requested)
+    outputs = []
+    seen: set[str] = set()
+    for tensor in response.output_tensors():
+        name = tensor.name()
+        if name in wanted and name not in seen:
+            seen.add(name)
+            outputs.append(to_payload(tensor))
+    return ("ok", outputs)

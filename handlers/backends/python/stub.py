@@ -9,10 +9,12 @@ waits for its answer. SIGINT/SIGTERM are ignored, as Triton's stub ignores them:
 process decides when the instance finalizes.
 
 Messages (tuples): serving process -> stub: ("init", 0, dict), ("execute", id, [RequestPayload]),
-("is_ready", id, None), ("reply", call id, ("ok", value) | ("error", message)), ("finalize", 0,
-None). Stub -> serving process: ("ready", 0, None), ("init_failed", 0, message), ("result", id,
-[OutcomePayload]), ("answer", id, value), ("call", call id, (method, args)), ("notify", 0,
-(method, args)), ("finalized", 0, None).
+("is_ready", id, None), ("reply", call id, ("ok", value) | ("error", message)), ("stream", call
+id, (OutcomePayload | None, final)) for a decoupled BLS call, ("cancel", token, None) when the
+client of a decoupled request went away, ("finalize", 0, None). Stub -> serving process: ("ready",
+0, None), ("init_failed", 0, message), ("result", id, [OutcomePayload]), ("response", token,
+(OutcomePayload | None, final)) from a decoupled model's response senders, ("answer", id, value),
+("call", call id, (method, args)), ("notify", 0, (method, args)), ("finalized", 0, None).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import host
-from .host import BlsCall, BlsOutcome
+from .host import BlsCall, BlsOutcome, BlsStream
 from .ipc import Channel, ChannelClosed
 from .model_runner import ModelLoadError, ModelRunner
 from .triton_error import TritonModelException
@@ -63,6 +65,27 @@ class StubHost:
         self._waiting: dict[int, Any] = {}
         self._closed = False
         self.metrics = _RemoteMetrics(self)
+        self._streams: dict[int, BlsStream] = {}  # decoupled BLS calls in flight
+        self._cancelled: set[int] = set()  # response tokens whose client went away
+
+    # -- a decoupled model's responses (request.ResponseChannel) ------------------------------------
+
+    def send(self, token: int, payload: Any, final: bool) -> None:
+        if final:
+            with self._lock:
+                self._cancelled.discard(token)
+        try:
+            self.channel.send(("response", token, (payload, final)))
+        except ChannelClosed:
+            raise TritonModelException("Unable to send response: the serving process is gone.") from None
+
+    def is_cancelled(self, token: int) -> bool:
+        with self._lock:
+            return token in self._cancelled
+
+    def cancelled(self, token: int) -> None:
+        with self._lock:
+            self._cancelled.add(token)
 
     # -- calls to the serving process ---------------------------------------------------------------
 
@@ -107,6 +130,23 @@ class StubHost:
         self.channel.send(("call", call_id, ("infer", (call,))))
         return future
 
+    def infer_stream(self, call: BlsCall) -> BlsStream:
+        stream = BlsStream()
+        call_id = next(self._ids)
+        with self._lock:
+            if self._closed:
+                raise TritonModelException("the serving process is gone")
+            self._streams[call_id] = stream
+        stream.set_cancel(lambda: self.notify("bls_cancel", call_id))
+        self.channel.send(("call", call_id, ("infer_stream", (call,))))
+        return stream
+
+    def stream_event(self, call_id: int, payload: Any, final: bool) -> None:
+        with self._lock:
+            stream = self._streams.pop(call_id, None) if final else self._streams.get(call_id)
+        if stream is not None:
+            stream.put(payload, final)
+
     def is_model_ready(self, name: str, version: str) -> bool:
         try:
             return bool(self.call("is_model_ready", name, version))
@@ -135,6 +175,9 @@ class StubHost:
         with self._lock:
             self._closed = True
             waiting, self._waiting = self._waiting, {}
+            streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream.put(("error", "the serving process is gone", 1), True)
         for first, second in waiting.values():
             gone = ("error", "the serving process is gone")
             if isinstance(first, threading.Event):
@@ -177,6 +220,10 @@ def _read(channel: Channel, stub_host: StubHost, work: queue.Queue[Any]) -> None
             kind, ident, payload = channel.receive()
             if kind == "reply":
                 stub_host.answer(ident, payload)
+            elif kind == "stream":
+                stub_host.stream_event(ident, *payload)
+            elif kind == "cancel":
+                stub_host.cancelled(ident)
             else:
                 work.put((kind, ident, payload))
     except ChannelClosed:
@@ -203,6 +250,7 @@ def serve(channel: Channel) -> int:
         instance_name=init["instance_name"],
         kind=init["kind"],
         device_id=init["device_id"],
+        responses=stub_host,
     )
     host.set_process_context(runner.context.with_phase(host.Phase.EXECUTE))
     work: queue.Queue[Any] = queue.Queue()

@@ -173,8 +173,8 @@ def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[s
 
 
 def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
-    """True when the config asks for decoupled responses. Such models are refused at compile
-    time and at load (this runtime sends exactly one response per request)."""
+    """True when the config asks for decoupled responses (zero or many per request, sent through
+    `request.get_response_sender()`)."""
     if "model_transaction_policy" in model_config:
         return bool(model_config["model_transaction_policy"].get("decoupled", False))
     return False

@@ -11,9 +11,10 @@ Inference feeds the same runtime as REST: `validate_request`, the request limits
 
 `ModelStreamInfer` reads requests while earlier ones run: each request is inferred concurrently,
 responses of non-decoupled models are written in request order (as Triton does), those of
-decoupled models as they come; a request may produce any number of responses (`_responses`
-yields them: decoupled models plug in there).
-A client that cancels the stream cancels its requests: queued ones leave the batcher's queue.
+decoupled models as the model sends them (its response stream, handlers/streaming.py, read in
+`_responses`); ModelInfer refuses decoupled models as tritonserver does.
+A client that cancels the stream cancels its requests: queued ones leave the batcher's queue, and
+a decoupled model sees `request.is_cancelled()`.
 While the server drains (SIGTERM), requests already received are answered, new ones get an
 UNAVAILABLE error response, and the stream ends once nothing is left in flight.
 """
@@ -32,8 +33,10 @@ from google.protobuf.message import DecodeError
 
 from ... import limits, workers
 from ...errors import ErrorCode, InferenceError, invalid_argument, not_found, unavailable, unsupported
+from ...inference import InferRequest
 from ...limits import PayloadTooLarge
 from ...model_repository import LoadedModel, ModelRepository
+from ...streaming import StreamEvent
 from ..routes import model_metadata_document, server_metadata_document
 from ..validation import validate_request
 from . import generated
@@ -277,20 +280,32 @@ class InferenceService:
 
     # -- inference ------------------------------------------------------------------------------
 
-    async def _infer(self, message: Any) -> tuple[Any, bool]:
-        """One ModelInferRequest to its ModelInferResponse (InferenceError on failure), and
-        whether the client asked for an empty final response."""
+    def _request(self, message: Any, *, unary: bool) -> tuple[LoadedModel, InferRequest, bool]:
+        """A ModelInferRequest as the runtime's request (validated, within the limits), its model,
+        and whether the client asked for an empty final response. ModelInfer refuses a decoupled
+        model, as tritonserver does (its responses need ModelStreamInfer)."""
         model = self._ready_model(message.model_name, message.model_version)
+        if unary and model.decoupled:
+            raise unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
         config = model.spec.config
         request, empty_final = decode_infer_request(
             message, config, model_name=model.name, model_version=model.version
         )
         limits.LIMITS.check_request(request)
         validate_request(config, request)
+        return model, request, empty_final
+
+    async def _infer(self, message: Any) -> tuple[Any, bool]:
+        """One ModelInferRequest to its ModelInferResponse (InferenceError on failure), and
+        whether the client asked for an empty final response."""
+        model, request, empty_final = self._request(message, unary=True)
+        return await self._reply(model, request), empty_final
+
+    async def _reply(self, model: LoadedModel, request: InferRequest) -> Any:
         response = await model.infer(request)
         reply = self.pb.ModelInferResponse()
-        encode_infer_response(response, request, config, reply, labels=model.labels)
-        return reply, empty_final
+        encode_infer_response(response, request, model.spec.config, reply, labels=model.labels)
+        return reply
 
     async def ModelInfer(self, request: Any) -> Any:  # noqa: N802
         reply, _ = await self._infer(request)
@@ -299,17 +314,55 @@ class InferenceService:
     async def _responses(self, message: Any) -> AsyncIterator[Any]:
         """The stream responses of one request: every response the model gives, the last one
         marked final (`triton_final_response`), or one error response. A non-decoupled model gives
-        exactly one; a decoupled model's responses (zero or more, then the final flag, issue 14
-        item 5) are yielded from here as they come, and `_read` writes them out at once."""
+        exactly one; a decoupled model's (zero or more, then the final flag) are yielded as the
+        model sends them (`_read` writes them out at once)."""
         try:
-            reply, _ = await self._infer(message)
+            model, request, empty_final = self._request(message, unary=False)
+            if model.decoupled:
+                stream = model.stream(request)
+            else:
+                reply = await self._reply(model, request)
         except InferenceError as error:
             if error.http_status >= 500 and error.code is not ErrorCode.UNAVAILABLE:
                 log.error("ModelStreamInfer request failed (%s): %s", error.code.name, error)
             yield self._stream_error(message, error.message)
             return
-        set_parameter(reply.parameters[FINAL_RESPONSE], True)
-        yield self.pb.ModelStreamInferResponse(infer_response=reply)
+        if not model.decoupled:
+            set_parameter(reply.parameters[FINAL_RESPONSE], True)
+            yield self.pb.ModelStreamInferResponse(infer_response=reply)
+            return
+        try:
+            async for event in stream:
+                response = self._stream_event(model, request, event, empty_final)
+                if response is not None:
+                    yield response
+        finally:
+            if not stream.closed:
+                stream.cancel()  # the client cancelled (the task is cancelled): so is the request
+
+    def _stream_event(self, model: LoadedModel, request: InferRequest, event: StreamEvent, empty_final: bool) -> Any:
+        """One event of a decoupled model as tritonserver 2.51 writes it: a response with
+        `triton_final_response` (true on the last one); an error as `error_message` with the model
+        name, the id and `triton_final_response`; a flag-only final only when the client asked for
+        it (`triton_enable_empty_final_response`), as a response with no outputs."""
+        error = event.error
+        if event.response is not None:
+            reply = self.pb.ModelInferResponse()
+            try:
+                encode_infer_response(event.response, request, model.spec.config, reply, labels=model.labels)
+            except InferenceError as failure:
+                log.error("ModelStreamInfer: %s", failure.message)
+                error = failure
+            else:
+                set_parameter(reply.parameters[FINAL_RESPONSE], event.final)
+                return self.pb.ModelStreamInferResponse(infer_response=reply)
+        if error is None and not empty_final:
+            return None
+        reply = self.pb.ModelInferResponse(model_name=model.name, id=request.id)
+        set_parameter(reply.parameters[FINAL_RESPONSE], event.final)
+        if error is None:
+            return self.pb.ModelStreamInferResponse(infer_response=reply)
+        return self.pb.ModelStreamInferResponse(error_message=error.message, infer_response=reply)
 
     def _stream_error(self, message: Any, text: str) -> Any:
         response = self.pb.ModelStreamInferResponse(error_message=text)
@@ -323,8 +376,7 @@ class InferenceService:
             model = self.repository.get(message.model_name, parse_version(message.model_version))
         except InferenceError:
             return False  # the ordered path answers the error
-        policy = model.spec.config.get("model_transaction_policy") or {}
-        return bool(policy.get("decoupled", False))
+        return model.decoupled
 
     async def _collect(self, message: Any, error: str | None) -> list[Any]:
         """Every response of a request kept in request order (a parse error: its error response)."""
