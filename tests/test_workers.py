@@ -227,7 +227,10 @@ def test_ready_only_when_every_worker_is(tmp_path):
     repo = slow_repository(tmp_path, load_delay_instance_1=6)
     with serve(repo, "--workers", "2", env={"TOOLKIT_WORKER_DIR": str(directory)}, wait_ready=False) as server:
         deadline = time.monotonic() + 60
-        while not (directory / "worker-0.sock").exists() or not ask_worker(directory, 0, {"op": "state"})["ready"]:
+        # both workers' control sockets exist (worker 1 may start a moment after worker 0) and
+        # worker 0 is ready
+        while (not all((directory / f"worker-{i}.sock").exists() for i in range(2))
+               or not ask_worker(directory, 0, {"op": "state"})["ready"]):
             assert server.process.poll() is None and time.monotonic() < deadline, server.output()
             time.sleep(0.05)
         # worker 0 has loaded its instance; worker 1 still sleeps in initialize()
