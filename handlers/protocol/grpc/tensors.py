@@ -19,6 +19,7 @@ by `validate_request`, exactly as a REST request is.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -200,7 +201,7 @@ def _typed_contents(tensor: Any, datatype: str, model: str) -> tuple[str, Any] |
 def _from_contents(
     field: str, values: Any, datatype: str, shape: list[int], where: BytesContext
 ) -> np.ndarray:
-    count = int(np.prod(shape, dtype=object))
+    count = math.prod(shape)  # Python ints: a [1, 2**40] shape is a number, never an allocation
     if field == "bytes_contents":
         if len(values) != count:
             raise string_count_error(where, count, len(values))
@@ -230,7 +231,7 @@ def contents_array(tensor: Any, datatype: str, shape: list[int], where: BytesCon
 
 
 def _from_raw(raw: bytes, datatype: str, shape: list[int], where: BytesContext) -> np.ndarray:
-    count = int(np.prod(shape, dtype=object))
+    count = math.prod(shape)  # Python ints: a [1, 2**40] shape is a number, never an allocation
     if datatype == "BYTES":
         return deserialize_bytes(raw, count, where).reshape(shape)
     expected = count * numpy_dtype(datatype).itemsize
@@ -251,7 +252,6 @@ def decode_infer_request(
     request = InferRequest(model_name=model_name, model_version=model_version, inputs={}, id=message.id)
     empty_final = _decode_parameters(message, request)
     prefix = log_prefix(message.id)
-    declared = {io["name"]: from_config_type(io["data_type"]) for io in config.get("input", ())}
     raw_contents = message.raw_input_contents
     raw_index = 0
     for tensor in message.inputs:
@@ -260,6 +260,7 @@ def decode_infer_request(
             raise invalid_argument(f"{prefix}input '{name}' already exists in request")
         datatype = tensor.datatype
         if datatype not in PROTOCOL_DATATYPES:
+            declared = {io["name"]: from_config_type(io["data_type"]) for io in config.get("input", ())}
             if name in declared:
                 raise invalid_argument(
                     f"{prefix}inference input '{name}' data-type is '<invalid>', but model '{model_name}' expects "
