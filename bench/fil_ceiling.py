@@ -27,12 +27,8 @@ import os
 import platform
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 import perf_analyzer
+import servers  # noqa: E402
 
 MODEL = "trees"
 CONFIG = """backend: "fil"
@@ -85,30 +82,6 @@ def make_repository(root: Path, framework: str, trees: int, features: int, insta
     return root
 
 
-def serve(repo: Path, log: Path) -> tuple[subprocess.Popen, str]:
-    """`toolkit serve REPO` on a free port, once ready."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with open(log, "w") as handle:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-             "--grpc-port", "0", "--metrics-port", "0", "--log-level", "warning"], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
-                if r.status == 200:
-                    return process, f"127.0.0.1:{port}"
-        except OSError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"toolkit serve did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
-
-
 def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     """Rows per second of `instances` threads each predicting batches of `batch` rows with its own
     copy of the model, as the runtime's instances do."""
@@ -132,31 +105,11 @@ def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     rows = np.random.default_rng(1).standard_normal((batch, layout.features)).astype(np.float32)
     for model in models:
         model.predict(rows, threads)
-    counts = [0] * instances
-    start = threading.Barrier(instances + 1)
-    stop = threading.Event()
-
-    def work(index: int) -> None:
-        model = models[index]
-        start.wait()
-        while not stop.is_set():
-            model.predict(rows, threads)
-            counts[index] += 1
-
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(instances)]
-    for worker in workers:
-        worker.start()
-    start.wait()
-    began = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    done = sum(counts)
-    elapsed = time.perf_counter() - began
-    for worker in workers:
-        worker.join()
-    for model in models:
-        model.close()
-    return done * batch / elapsed
+    try:
+        return servers.threads_rate([lambda model=model: model.predict(rows, threads) for model in models], seconds) * batch
+    finally:
+        for model in models:
+            model.close()
 
 
 def main() -> None:
@@ -185,8 +138,7 @@ def main() -> None:
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         repo = make_repository(Path(tmp) / "models", args.framework, args.trees, args.features, args.instances)
-        process, url = serve(repo, Path(tmp) / "serve.log")
-        try:
+        with servers.toolkit_serve(repo, Path(tmp) / "serve.log", timeout=120) as url:
             for repeat in range(args.repeats):
                 for rows in sizes:
                     [level] = perf_analyzer.run_levels(
@@ -200,9 +152,6 @@ def main() -> None:
                     print(f"repeat {repeat}, {rows} row(s)/request: serve {level.throughput:.0f} infer/s (p95 "
                           f"{level.p95_us / 1000:.2f} ms, batches of {level.batch_size:.1f} rows), ceiling at "
                           f"{batch} rows: {limit:.0f} infer/s, {100 * level.throughput / limit:.1f} %", flush=True)
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
 
     summary = []
     for rows in sizes:

@@ -29,18 +29,11 @@ at batch sizes 1, 2, 4 and 8; the ceiling at the served run's average batch size
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 import ort_ceiling  # noqa: E402
 import perf_analyzer  # noqa: E402
+import servers  # noqa: E402
 import perf_models  # noqa: E402
 
 MODEL = "text_recognition_ov"
@@ -125,64 +119,11 @@ def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     x = np.random.default_rng(0).standard_normal((batch, *SHAPE)).astype(np.float32)
     for request in requests:
         request.infer({"input.1": x}, share_inputs=True)  # warm-up
-    counts = [0] * instances
-    start = threading.Barrier(instances + 1)
-    stop = threading.Event()
-
-    def work(index: int) -> None:
-        request = requests[index]
-        start.wait()
-        while not stop.is_set():
-            request.infer({"input.1": x}, share_inputs=True)
-            counts[index] += 1
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(instances)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    done = sum(counts)
-    elapsed = time.perf_counter() - began
-    for thread in threads:
-        thread.join()
-    return done * batch / elapsed
+    calls = [lambda request=request: request.infer({"input.1": x}, share_inputs=True) for request in requests]
+    return servers.threads_rate(calls, seconds) * batch
 
 
-@contextlib.contextmanager
-def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable) -> Iterator[str]:
-    """`toolkit serve REPO` on a free port until ready; yields its host:port, stops it on exit."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as handle:
-        process = subprocess.Popen(
-            [python, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu", "--log-level",
-             "warning"], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"toolkit serve did not become ready:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
-        yield f"127.0.0.1:{port}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
+toolkit_serve = servers.toolkit_serve  # bench/openvino_vs_ort.py imports it from here
 
 
 def served(repo: Path, logs: Path, measurement_ms: int, concurrency: int, model: str = MODEL) -> perf_analyzer.Level:

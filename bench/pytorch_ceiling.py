@@ -22,19 +22,13 @@ medians. Results go to bench/results/pytorch-<date>-<host>.json and a table on s
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -43,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import ort_ceiling  # noqa: E402
 import perf_analyzer  # noqa: E402
+import servers  # noqa: E402
 
 MODEL = "text_cnn"
 INSTANCES = 2
@@ -91,58 +86,12 @@ def ceiling(model: Path, batch: int, instances: int, seconds: float) -> float:
     with torch.no_grad(), torch.inference_mode():
         for _ in range(5):
             module(x)
-    counts = [0] * instances
-    start = threading.Barrier(instances + 1)
-    stop = threading.Event()
 
-    def work(index: int) -> None:
-        with torch.no_grad(), torch.inference_mode():
-            start.wait()
-            while not stop.is_set():
-                module(x)
-                counts[index] += 1
+    def call() -> None:
+        with torch.inference_mode():  # thread-local: entered by each call (microseconds per run)
+            module(x)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(instances)]
-    for thread in threads:
-        thread.start()
-    start.wait()
-    began = time.perf_counter()
-    time.sleep(seconds)
-    stop.set()
-    done = sum(counts)
-    elapsed = time.perf_counter() - began
-    for thread in threads:
-        thread.join()
-    return done * batch / elapsed
-
-
-@contextlib.contextmanager
-def toolkit_serve(repo: Path, log: Path) -> Iterator[str]:
-    """`toolkit serve REPO --device cpu` on a free port; yields host:port once ready."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with open(log, "w") as handle:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-             "--log-level", "warning"], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"toolkit serve did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(60)
+    return servers.threads_rate([call] * instances, seconds) * batch
 
 
 def main() -> None:
@@ -167,7 +116,7 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     sizes = [2, 4, 6, 8]
     ceilings: dict[int, list[float]] = {b: [] for b in sizes}
     runs: list[perf_analyzer.Level] = []
-    with toolkit_serve(repo, work / "serve.log") as url:
+    with servers.toolkit_serve(repo, work / "serve.log") as url:
         perf_analyzer.run(MODEL, url, shape="INPUT__0:1,32,100", concurrency="16:16", measurement_ms=1000,
                           stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)  # warm-up, not recorded
         for repeat in range(args.repeats):

@@ -127,3 +127,63 @@ def running(kinds: list[str], repo: Path, **options) -> Iterator[dict[str, Serve
     finally:
         for server in servers.values():
             server.stop()
+
+
+@contextlib.contextmanager
+def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable) -> Iterator[str]:
+    """`toolkit serve REPO --device cpu` on a free HTTP port (gRPC and metrics ports off, so that
+    nothing else on the machine collides with them) until ready; yields its host:port, stops its
+    process group on exit. For the per-backend benches (bench/*_ceiling.py, openvino_bench.py)."""
+    port = free_port()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as handle:
+        process = subprocess.Popen(
+            [python, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
+             "--grpc-port", "0", "--metrics-port", "0", "--log-level", "warning"],
+            cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while not _ready(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"toolkit serve did not become ready:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
+        yield f"127.0.0.1:{port}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
+
+
+def threads_rate(calls: list, seconds: float) -> float:
+    """Runs each of `calls` (no-argument functions, one per thread, as a model's instances run)
+    back to back for `seconds`, all started together; the calls completed per second, in all."""
+    import threading
+
+    counts = [0] * len(calls)
+    start = threading.Barrier(len(calls) + 1)
+    stop = threading.Event()
+
+    def work(index: int) -> None:
+        call = calls[index]
+        start.wait()
+        while not stop.is_set():
+            call()
+            counts[index] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    began = time.perf_counter()
+    time.sleep(seconds)
+    stop.set()
+    done = sum(counts)
+    elapsed = time.perf_counter() - began
+    for thread in threads:
+        thread.join()
+    return done / elapsed
