@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from ..batching.merge import batch_sizes, merge_inputs, requested_output_names, split_outputs
+from ..batching.merge import batch_responses, batch_sizes, merge_inputs, requested_output_names, split_outputs, stamp_compute
 from ..errors import InferenceError, internal, invalid_argument
-from ..inference import InferOutcome, InferRequest, InferResponse
+from ..inference import InferOutcome, InferRequest
 from ..manifest import ModelSpec
 
 log = logging.getLogger("handlers.openvino")
@@ -633,21 +633,10 @@ class OpenVINOInstance:
             parts = split_outputs(arrays, sizes)
         except ValueError as exc:
             return [internal(f"model '{self.spec.name}': {exc}")] * len(requests)
-        outcomes: list[InferOutcome] = []
-        for request, outputs in zip(requests, parts):
-            wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
-            result_arrays = {
-                name: self._finish(name, array, request.batch_size if self.batching else None)
-                for name, array in outputs.items()
-                if wanted is None or name in wanted
-            }
-            outcomes.append(InferResponse(request.model_name, request.model_version, result_arrays, id=request.id))
-        end = time.monotonic_ns()
-        for request in requests:
-            request.compute_start_ns = start
-            request.compute_input_end_ns = input_end
-            request.compute_infer_end_ns = infer_end
-            request.compute_end_ns = end
+        outcomes: list[InferOutcome] = list(batch_responses(
+            requests, parts, lambda name, array, request: self._finish(name, array, request.batch_size if self.batching else None)
+        ))
+        stamp_compute(requests, start, input_end, infer_end, time.monotonic_ns())
         return outcomes
 
     def _infer(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:

@@ -12,11 +12,11 @@ batch of their own, and `merge_inputs` refuses more than one.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..inference import InferRequest
+from ..inference import InferRequest, InferResponse
 
 
 def merge_inputs(
@@ -103,3 +103,32 @@ def requested_output_names(requests: Sequence[InferRequest], model_outputs: Sequ
             return list(model_outputs)
         wanted.update(output.name for output in request.requested_outputs)
     return [name for name in model_outputs if name in wanted]
+
+
+def batch_responses(
+    requests: Sequence[InferRequest],
+    parts: Sequence[Mapping[str, np.ndarray]],
+    finish: Callable[[str, np.ndarray, InferRequest], np.ndarray] | None = None,
+) -> list[InferResponse]:
+    """One response per request from its part of the batch's outputs (`split_outputs`), with the
+    outputs it asked for (every output when it named none); `finish(name, array, request)`
+    reshapes an output where the backend must (e.g. a config `reshape`)."""
+    responses: list[InferResponse] = []
+    for request, outputs in zip(requests, parts):
+        wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
+        result = {
+            name: array if finish is None else finish(name, array, request)
+            for name, array in outputs.items()
+            if wanted is None or name in wanted
+        }
+        responses.append(InferResponse(request.model_name, request.model_version, result, id=request.id))
+    return responses
+
+
+def stamp_compute(requests: Sequence[InferRequest], start: int, input_end: int, infer_end: int, end: int) -> None:
+    """The statistics' compute timestamps (time.monotonic_ns) of one execution, on each request."""
+    for request in requests:
+        request.compute_start_ns = start
+        request.compute_input_end_ns = input_end
+        request.compute_infer_end_ns = infer_end
+        request.compute_end_ns = end

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 import time
 
-from ...batching.merge import batch_sizes, merge_inputs, requested_output_names, split_outputs
+from ...batching.merge import batch_responses, batch_sizes, merge_inputs, requested_output_names, split_outputs, stamp_compute
 from ...errors import internal, invalid_argument
-from ...inference import InferOutcome, InferRequest, InferResponse
+from ...inference import InferOutcome, InferRequest
 from ...manifest import ModelSpec
 from .errors import FilModelError
 from .model import FilModel, load_model
@@ -84,17 +84,8 @@ class FilInstance:
         produced = {OUTPUT: scores} if OUTPUT in names else {}
         sizes = batch_sizes(requests, batching=self.batching) if self.batching else [scores.shape[0]]
         parts = split_outputs(produced, sizes) if produced else [{} for _ in requests]
-        outcomes: list[InferOutcome] = []
-        for request, outputs in zip(requests, parts):
-            wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
-            result = {n: a for n, a in outputs.items() if wanted is None or n in wanted}
-            outcomes.append(InferResponse(request.model_name, request.model_version, result, id=request.id))
-        end = time.monotonic_ns()
-        for request in requests:
-            request.compute_start_ns = start
-            request.compute_input_end_ns = input_end
-            request.compute_infer_end_ns = infer_end
-            request.compute_end_ns = end
+        outcomes: list[InferOutcome] = list(batch_responses(requests, parts))
+        stamp_compute(requests, start, input_end, infer_end, time.monotonic_ns())
         return outcomes
 
     def _one_by_one(self, requests: list[InferRequest]) -> list[InferOutcome]:

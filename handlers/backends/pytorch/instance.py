@@ -34,9 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ...batching.merge import batch_sizes, merge_inputs, requested_output_names
+from ...batching.merge import batch_responses, batch_sizes, merge_inputs, requested_output_names, stamp_compute
 from ...errors import ErrorCode, InferenceError, invalid_argument
-from ...inference import InferOutcome, InferRequest, InferResponse
+from ...inference import InferOutcome, InferRequest
 from ...manifest import ModelSpec
 from . import settings
 from .config import (
@@ -287,17 +287,8 @@ class PyTorchInstance:
             parts = self._split(produced, requests)
         except InferenceError as exc:
             return [exc] * len(requests)
-        outcomes: list[InferOutcome] = []
-        for request, outputs in zip(requests, parts):
-            wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
-            result_outputs = {n: a for n, a in outputs.items() if wanted is None or n in wanted}
-            outcomes.append(InferResponse(request.model_name, request.model_version, result_outputs, id=request.id))
-        end = time.monotonic_ns()
-        for request in requests:
-            request.compute_start_ns = start
-            request.compute_input_end_ns = input_end
-            request.compute_infer_end_ns = infer_end
-            request.compute_end_ns = end
+        outcomes: list[InferOutcome] = list(batch_responses(requests, parts))
+        stamp_compute(requests, start, input_end, infer_end, time.monotonic_ns())
         return outcomes
 
     def _outputs(self, result: Any) -> list[Any]:
