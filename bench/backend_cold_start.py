@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 
-from cold_start import measure  # noqa: E402
+from cold_start import measure
+from servers import free_port
 
 _IO = """max_batch_size: 8
 input [ {{ name: "{i0}" data_type: TYPE_FP32 dims: [ 16 ] }}, {{ name: "{i1}" data_type: TYPE_FP32 dims: [ 16 ] }} ]
@@ -68,11 +68,6 @@ MODELS: dict[str, tuple[Callable[[Path], None], str]] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def import_seconds(module: str) -> float:
     code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
@@ -102,7 +97,7 @@ def main() -> None:
             manifest = result.write_manifest(work / "models.json")
             times = []
             for _ in range(args.runs):
-                port = _free_port()
+                port = free_port()
                 env = {**os.environ, "PORT": str(port), "TOOLKIT_MANIFEST": str(manifest), "TOOLKIT_HOST": "127.0.0.1",
                        "TOOLKIT_MODEL_ROOT": str((work / "models").resolve()), "TOOLKIT_LOG_LEVEL": "warning"}
                 times.append(measure([sys.executable, "-m", "handlers.entrypoints.container"], port, env))

@@ -17,39 +17,24 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
+from servers import free_port, ready
 
 
 def measure(command: list[str], port: int, env: dict[str, str], timeout: float = 120) -> float:
     started = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
-        while not _ready(port):
+        while not ready(port, timeout=1):
             if process.poll() is not None:
                 raise RuntimeError(f"{' '.join(command)} exited with {process.returncode}")
             if time.perf_counter() - started > timeout:
@@ -84,7 +69,7 @@ def main() -> None:
                 times: dict[str, list[float]] = {mode: [] for mode in python_modes}
                 for _ in range(args.runs):
                     for python_mode in python_modes:  # interleaved, so a change in load hits every mode alike
-                        port = _free_port()
+                        port = free_port()
                         env = {**os.environ, "PORT": str(port), "TOOLKIT_MANIFEST": str(manifest), "TOOLKIT_HOST": "127.0.0.1",
                                "TOOLKIT_MODEL_ROOT": str(Path(repo).resolve()),
                                "TOOLKIT_LOG_LEVEL": "warning"}

@@ -42,13 +42,10 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +56,8 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
+
+from servers import free_port, ready
 
 TEXT = "text_recognition"
 OCR = "ocr"
@@ -297,25 +296,11 @@ def compile_check(repo: Path, mode: str) -> list[str]:
 # -- serving and measuring ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 class Served:
     """`toolkit serve REPO --device D` on a free port; `seconds`: process start to ready."""
 
     def __init__(self, repo: Path, mode: str, log: Path, env: dict[str, str], timeout: float = 1800) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.log = log
         command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(self.port), "--device",
                    _mode_device(mode), "--log-level", "info"]
@@ -323,7 +308,7 @@ class Served:
         with open(log, "w") as handle:
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, env=env,
                                             start_new_session=True)
-        while not _ready(self.port):
+        while not ready(self.port):
             if self.process.poll() is not None:
                 raise RuntimeError(f"toolkit serve ({mode}) exited with {self.process.returncode}:\n"
                                    f"{log.read_text(errors='replace')[-4000:]}")
@@ -346,7 +331,7 @@ class Served:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(30)
 
-    def __enter__(self) -> "Served":
+    def __enter__(self) -> Served:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -20,9 +20,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from perf_analyzer import ROOT
 
@@ -42,9 +42,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ready(port: int) -> bool:
+def ready(port: int, timeout: float = 2) -> bool:
+    """Whether a v2 HTTP server on `port` answers its readiness probe with 200."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=timeout) as r:
             return r.status == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -106,7 +107,7 @@ def start(kind: str, repo: Path, *, ort_threads: int, ort_version: str, logs: Pa
                                    start_new_session=True)
     server = Server(kind, process, port, log, grpc_port)
     deadline = time.monotonic() + timeout
-    while not all(_ready(port) for _ in range(8)):  # with workers, each new connection may reach another
+    while not all(ready(port) for _ in range(8)):  # with workers, each new connection may reach another
         if process.poll() is not None:
             raise RuntimeError(f"{kind} server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         if time.monotonic() > deadline:
@@ -144,7 +145,7 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
         )
     try:
         deadline = time.monotonic() + timeout
-        while not _ready(port):
+        while not ready(port):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"toolkit serve did not become ready:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
