@@ -9,7 +9,8 @@ Model: a TorchScript CNN with text_recognition's signature (`INPUT__0` FP32 [1,3
 `OUTPUT__0` FP32 [26,37]; three conv+pool stages and a linear head, made by torch.jit.script
 with fixed weights), `max_batch_size: 8`, `dynamic_batching { }`, two KIND_CPU instances and
 INTRA_OP_THREAD_COUNT 1 (torch's intra-op pool is process-wide; one thread per call keeps the two
-instances from fighting over two cores, and the ceiling uses the same setting).
+instances from fighting over two cores, and the ceiling uses the same setting, as it does the
+backend's C allocator setting, handlers/backends/pytorch/settings.py keep_freed_memory).
 
 Ceiling: N threads (N = the instance count), each calling the module on one batch back to back
 under no_grad + inference_mode, as the backend calls it, on the data perf_analyzer sends (random
@@ -82,6 +83,9 @@ def ceiling(model: Path, batch: int, instances: int, seconds: float) -> float:
     """Inferences per second of `instances` threads calling the module in-process."""
     import torch
 
+    from handlers.backends.pytorch import settings
+
+    settings.keep_freed_memory()  # the allocator setting the backend's CPU instances make
     torch.set_num_threads(1)
     module = torch.jit.load(str(model))
     x = torch.from_numpy(perf_analyzer.random_input((1, 32, 100), batch))  # what the server computes on
