@@ -124,9 +124,12 @@ def run(
     extra: tuple[str, ...] = (),
     timeout: float = 1800,
     protocol: str = "http",
+    cpus: str | None = None,
 ) -> tuple[list[Level], str]:
     """Run perf_analyzer with the seeds' options (`-b 2 --shape ... --concurrency-range ...
     --percentile=95`) plus the window and stability options a shared 2-core machine needs.
+
+    `cpus` (a taskset list, e.g. "0") pins perf_analyzer to those CPUs.
 
     Returns the levels and the full output. A level that does not stabilise within `max_trials`
     makes perf_analyzer stop: the levels before it are returned, and PerfAnalyzerError is raised
@@ -141,6 +144,8 @@ def run(
         command[5:5] = ["--shape", shape]
     if protocol != "http":
         command[1:1] = ["-i", protocol]  # -i grpc: ModelInfer on the gRPC port
+    if cpus is not None:
+        command[:0] = ["taskset", "-c", cpus]
     out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     text = out.stdout + out.stderr
     levels = parse(out.stdout)
