@@ -12,7 +12,10 @@ batches of some average size B rows (its statistics). The ceiling is the same mo
 batches of B rows back to back, in this process, on as many threads as instances, each instance
 with its threads (the runtime's own FilModel, bench/ort_ceiling.py's method): a server that
 forms batches of B cannot do better. Serve runs and ceiling runs alternate (--repeats); the
-result is the ratio of medians. Target: >= 90 % with 16 rows per request, where the model's work
+result is the ratio of medians. Two variants, interleaved, each with its own server (--variants):
+`shared` (perf_analyzer, server and ceiling on all CPUs) and `pinned` (perf_analyzer on the first
+CPU, the server and the ceiling on the others, so the client's CPU counts for neither). The
+ceiling predicts the rows perf_analyzer sends (one random-bytes row, repeated). Target: >= 90 % with 16 rows per request, where the model's work
 outweighs the serving stack's. With one row per request a cheap model measures the serving stack
 (HTTP, codec and batching, ~100-200 us per request in one Python event loop: docs/performance.md,
 "tiny") and is reported without a target. Writes bench/results/<date>-fil-<framework>-<host>.json.
