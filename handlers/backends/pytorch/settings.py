@@ -92,40 +92,38 @@ _M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's largest accepted value on 64-bit (HEAP_MAX_SIZE / 2)
 TRIM_THRESHOLD = 1024 * 1024 * 1024
 _ALLOCATOR_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "GLIBC_TUNABLES", "LD_PRELOAD")
-_allocator_done = False
+_allocator: list[bool] = []  # [applied], once decided for the process
 
 
 def keep_freed_memory(environ=None) -> bool:
-    """Stop glibc from returning freed heap memory to the kernel after every forward (once per
-    process; the module docstring says why). True where it was applied now or before."""
-    global _allocator_done
+    """Stop glibc from returning freed heap memory to the kernel after every forward (decided
+    once per process; the module docstring says why). True where it is applied."""
     import os
     import platform
 
     with _lock:
-        if _allocator_done:
-            return True
+        if _allocator:
+            return _allocator[0]
         environ = os.environ if environ is None else environ
         chosen = [name for name in _ALLOCATOR_VARIABLES if environ.get(name)]
+        applied = False
         if chosen:
             log.info("C allocator left as configured (%s is set)", ", ".join(chosen))
-            return False
-        if not platform.system() == "Linux" or platform.libc_ver()[0] != "glibc":
-            return False
-        import ctypes
+        elif platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            import ctypes
 
-        try:
-            libc = ctypes.CDLL(None)
-            applied = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-        except (OSError, AttributeError) as exc:
-            log.info("C allocator left as it is: %s", exc)
-            return False
-        if applied:
-            log.info(
-                "C allocator: glibc keeps freed memory for the next forward (mmap threshold %d MiB, trim threshold %d MiB)",
-                MMAP_THRESHOLD >> 20, TRIM_THRESHOLD >> 20,
-            )
-        _allocator_done = applied
+            try:
+                libc = ctypes.CDLL(None)
+                applied = libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and \
+                    libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
+            except (OSError, AttributeError) as exc:
+                log.info("C allocator left as it is: %s", exc)
+            if applied:
+                log.info(
+                    "C allocator: glibc keeps freed memory for the next forward (mmap threshold %d MiB, trim threshold "
+                    "%d MiB)", MMAP_THRESHOLD >> 20, TRIM_THRESHOLD >> 20,
+                )
+        _allocator.append(applied)
         return applied
 
 
