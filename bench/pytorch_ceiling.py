@@ -2,7 +2,7 @@
 against the raw ceiling, the same TorchScript module called directly in-process. Target: the
 server reaches >= 90 % of the ceiling.
 
-    .venv/bin/python bench/pytorch_ceiling.py            # 3 interleaved repeats, ~6 min on 2 cores
+    .venv/bin/python bench/pytorch_ceiling.py            # 3 interleaved repeats x 2 variants, ~3-4 min on 2 cores
     .venv/bin/python bench/pytorch_ceiling.py --quick    # 1 short repeat, to check it runs
 
 Model: a TorchScript CNN with text_recognition's signature (`INPUT__0` FP32 [1,32,100] ->
