@@ -12,7 +12,10 @@ batches of some average size B rows (its statistics). The ceiling is the same mo
 batches of B rows back to back, in this process, on as many threads as instances, each instance
 with its threads (the runtime's own FilModel, bench/ort_ceiling.py's method): a server that
 forms batches of B cannot do better. Serve runs and ceiling runs alternate (--repeats); the
-result is the ratio of medians. Target: >= 90 % with 16 rows per request, where the model's work
+result is the ratio of medians. Two variants, interleaved, each with its own server (--variants):
+`shared` (perf_analyzer, server and ceiling on all CPUs) and `pinned` (perf_analyzer on the first
+CPU, the server and the ceiling on the others, so the client's CPU counts for neither). The
+ceiling predicts the rows perf_analyzer sends (one random-bytes row, repeated). Target: >= 90 % with 16 rows per request, where the model's work
 outweighs the serving stack's. With one row per request a cheap model measures the serving stack
 (HTTP, codec and batching, ~100-200 us per request in one Python event loop: docs/performance.md,
 "tiny") and is reported without a target. Writes bench/results/<date>-fil-<framework>-<host>.json.
@@ -21,6 +24,7 @@ outweighs the serving stack's. With one row per request a cheap model measures t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -52,12 +56,13 @@ parameters [
   {{ key: "model_type" value: {{ string_value: "{model_type}" }} }},
   {{ key: "is_classifier" value: {{ string_value: "true" }} }},
   {{ key: "predict_proba" value: {{ string_value: "true" }} }},
-  {{ key: "threshold" value: {{ string_value: "0.5" }} }}
+  {{ key: "threshold" value: {{ string_value: "0.5" }} }}{nthread}
 ]
 """
 
 
-def make_repository(root: Path, framework: str, trees: int, features: int, instances: int) -> Path:
+def make_repository(root: Path, framework: str, trees: int, features: int, instances: int,
+                    cpu_nthread: int | None = None) -> Path:
     rng = np.random.default_rng(0)
     X = rng.standard_normal((20000, features)).astype(np.float32)
     y = ((X[:, 0] + X[:, 1] * X[:, 2] + 0.5 * rng.standard_normal(len(X))) > 0).astype(int)
@@ -77,7 +82,9 @@ def make_repository(root: Path, framework: str, trees: int, features: int, insta
         booster.save_model(version / "model.txt")
         model_type = "lightgbm"
     (root / MODEL / "config.pbtxt").write_text(
-        CONFIG.format(features=features, instances=instances, model_type=model_type)
+        CONFIG.format(features=features, instances=instances, model_type=model_type,
+                      nthread="" if cpu_nthread is None else
+                      f',\n  {{ key: "cpu_nthread" value: {{ string_value: "{cpu_nthread}" }} }}')
     )
     return root
 
@@ -102,7 +109,7 @@ def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     threads = prediction_threads(params.cpu_nthread, plan.threads_for(MODEL, instance_slots(config)[0]))
     path = compiled.path / compiled.model_files[1]
     models = [load_model(path, config, params, layout) for _ in range(instances)]
-    rows = np.random.default_rng(1).standard_normal((batch, layout.features)).astype(np.float32)
+    rows = perf_analyzer.random_input((layout.features,), batch)  # the rows the server predicts
     for model in models:
         model.predict(rows, threads)
     try:
@@ -118,6 +125,11 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=300)
     parser.add_argument("--features", type=int, default=32)
     parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--cpu-nthread", type=int, default=None,
+                        help="FIL's cpu_nthread parameter (default: unset, the CPU budget's share)")
+    parser.add_argument("--variants", default="shared,pinned",
+                        help="shared: perf_analyzer, server and ceiling on all CPUs; pinned: perf_analyzer on the "
+                             "first CPU, server and ceiling on the others (servers.split_cpus)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rows", default="1,16", help="rows per request (perf_analyzer -b), comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
@@ -135,47 +147,64 @@ def main() -> None:
         args.repeats, args.measurement_ms = 1, 1000
 
     sizes = [int(r) for r in args.rows.split(",")]
+    variants = args.variants.split(",")
+    split = servers.split_cpus()
+    if "pinned" in variants and split is None:
+        print("one CPU: no pinned variant")
+        variants = [v for v in variants if v != "pinned"]
     runs: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        repo = make_repository(Path(tmp) / "models", args.framework, args.trees, args.features, args.instances)
-        with servers.toolkit_serve(repo, Path(tmp) / "serve.log", timeout=120) as url:
-            for repeat in range(args.repeats):
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        repo = make_repository(Path(tmp) / "models", args.framework, args.trees, args.features, args.instances,
+                               args.cpu_nthread)
+        urls, cpus = {}, {}
+        for variant in variants:  # one server per variant, all started first: the repeats interleave them
+            client, server = split if variant == "pinned" else (None, None)
+            cpus[variant] = (client, server)
+            urls[variant] = stack.enter_context(servers.toolkit_serve(
+                repo, Path(tmp) / f"serve-{variant}.log", timeout=120, cpus=server))
+        for repeat in range(args.repeats):
+            for variant in variants:
+                client, server = cpus[variant]
                 for rows in sizes:
                     [level] = perf_analyzer.run_levels(
-                        MODEL, url, concurrency=f"{args.concurrency}:{args.concurrency}", batch=rows,
-                        measurement_ms=args.measurement_ms, stability=30 if not args.quick else 999,
+                        MODEL, urls[variant], concurrency=f"{args.concurrency}:{args.concurrency}", batch=rows,
+                        measurement_ms=args.measurement_ms, stability=30 if not args.quick else 999, cpus=client,
                     )
                     batch = max(1, round(level.batch_size))
-                    limit = ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
-                    runs.append({"repeat": repeat, "rows": rows, "level": level.as_dict(), "batch": level.batch_size,
-                                 "ceiling": limit, "ratio": level.throughput / limit})
-                    print(f"repeat {repeat}, {rows} row(s)/request: serve {level.throughput:.0f} infer/s (p95 "
-                          f"{level.p95_us / 1000:.2f} ms, batches of {level.batch_size:.1f} rows), ceiling at "
+                    with servers.pinned(server):
+                        limit = ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
+                    runs.append({"variant": variant, "repeat": repeat, "rows": rows, "level": level.as_dict(),
+                                 "batch": level.batch_size, "ceiling": limit, "ratio": level.throughput / limit})
+                    print(f"repeat {repeat}, {variant}, {rows} row(s)/request: serve {level.throughput:.0f} infer/s "
+                          f"(p95 {level.p95_us / 1000:.2f} ms, batches of {level.batch_size:.1f} rows), ceiling at "
                           f"{batch} rows: {limit:.0f} infer/s, {100 * level.throughput / limit:.1f} %", flush=True)
 
     summary = []
-    for rows in sizes:
-        mine = [r for r in runs if r["rows"] == rows]
-        serve_median = statistics.median(r["level"]["throughput"] for r in mine)
-        ceiling_median = statistics.median(r["ceiling"] for r in mine)
-        summary.append({"rows": rows, "serve_median": serve_median, "ceiling_median": ceiling_median,
-                        "ratio": serve_median / ceiling_median,
-                        "p95_ms": statistics.median(r["level"]["p95_us"] for r in mine) / 1000,
-                        "batch": statistics.median(r["batch"] for r in mine),
-                        "target": 0.9 if rows > 1 else None})
+    for variant in variants:
+        for rows in sizes:
+            mine = [r for r in runs if r["rows"] == rows and r["variant"] == variant]
+            serve_median = statistics.median(r["level"]["throughput"] for r in mine)
+            ceiling_median = statistics.median(r["ceiling"] for r in mine)
+            summary.append({"variant": variant, "cpus": cpus[variant], "rows": rows, "serve_median": serve_median,
+                            "ceiling_median": ceiling_median, "ratio": serve_median / ceiling_median,
+                            "p95_ms": statistics.median(r["level"]["p95_us"] for r in mine) / 1000,
+                            "batch": statistics.median(r["batch"] for r in mine),
+                            "target": 0.9 if rows > 1 else None})
     result = {
         "date": dt.date.today().isoformat(), "host": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)),
         "machine": platform.processor() or platform.machine(), "load_at_start": os.getloadavg()[0],
         "framework": args.framework, "trees": args.trees, "features": args.features, "instances": args.instances,
+        "cpu_nthread": args.cpu_nthread,
         "concurrency": args.concurrency, "runs": runs, "summary": summary,
     }
     print(f"\n{args.framework}, {args.trees} trees, {args.features} features, {args.instances} instance(s), "
           f"concurrency {args.concurrency}, medians of {args.repeats}:\n"
-          "| rows/request | toolkit serve infer/s | p95 ms | executed batch (rows) | ceiling infer/s | % of ceiling | target |\n"
-          "|---|---|---|---|---|---|---|")
+          "| variant (client / server CPUs) | rows/request | toolkit serve infer/s | p95 ms | executed batch (rows) | "
+          "ceiling infer/s | % of ceiling | target |\n|---|---|---|---|---|---|---|---|")
     for s in summary:
         target = "-" if s["target"] is None else (">= 90 %: " + ("met" if s["ratio"] >= s["target"] else "NOT met"))
-        print(f"| {s['rows']} | {s['serve_median']:.0f} | {s['p95_ms']:.2f} | {s['batch']:.1f} | "
+        where = "all / all" if s["cpus"][0] is None else f"{s['cpus'][0]} / {s['cpus'][1]}"
+        print(f"| {s['variant']} ({where}) | {s['rows']} | {s['serve_median']:.0f} | {s['p95_ms']:.2f} | {s['batch']:.1f} | "
               f"{s['ceiling_median']:.0f} | {100 * s['ratio']:.1f} % | {target} |")
     if not args.quick:
         args.output.mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,21 @@ def parse(output: str) -> list[Level]:
     return levels
 
 
+def random_input(row_shape: tuple[int, ...], batch: int, dtype: str = "float32", seed: int = 0):
+    """A batch as perf_analyzer sends it by default (`--input-data random`): its data_loader fills
+    one buffer with random bytes (rand() per byte) and every row of every request is that same
+    buffer, read as the input's datatype. For FP32 that is values across the whole float range,
+    ~0.4 % of them NaN or Inf, the same row `batch` times. An in-process ceiling must compute on
+    the same data as the server, since kernels' speed depends on it (the pytorch bench's CNN runs
+    ~35 % faster on all-zero input, its max-pooling most of all; a tree's path depends on its
+    features)."""
+    import numpy as np
+
+    size = int(np.prod(row_shape)) * np.dtype(dtype).itemsize
+    row = np.random.default_rng(seed).integers(0, 256, size=size, dtype=np.uint8).view(dtype).reshape(row_shape)
+    return np.ascontiguousarray(np.broadcast_to(row, (batch, *row_shape)))
+
+
 def version() -> str:
     out = subprocess.run([str(PERF_ANALYZER), "--version"], capture_output=True, text=True, timeout=600)
     match = re.search(r"(\d+\.\d+\.\d+)", out.stdout + out.stderr)
@@ -109,9 +124,12 @@ def run(
     extra: tuple[str, ...] = (),
     timeout: float = 1800,
     protocol: str = "http",
+    cpus: str | None = None,
 ) -> tuple[list[Level], str]:
     """Run perf_analyzer with the seeds' options (`-b 2 --shape ... --concurrency-range ...
     --percentile=95`) plus the window and stability options a shared 2-core machine needs.
+
+    `cpus` (a taskset list, e.g. "0") pins perf_analyzer to those CPUs.
 
     Returns the levels and the full output. A level that does not stabilise within `max_trials`
     makes perf_analyzer stop: the levels before it are returned, and PerfAnalyzerError is raised
@@ -126,6 +144,8 @@ def run(
         command[5:5] = ["--shape", shape]
     if protocol != "http":
         command[1:1] = ["-i", protocol]  # -i grpc: ModelInfer on the gRPC port
+    if cpus is not None:
+        command[:0] = ["taskset", "-c", cpus]
     out = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     text = out.stdout + out.stderr
     levels = parse(out.stdout)

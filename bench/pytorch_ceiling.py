@@ -2,26 +2,34 @@
 against the raw ceiling, the same TorchScript module called directly in-process. Target: the
 server reaches >= 90 % of the ceiling.
 
-    .venv/bin/python bench/pytorch_ceiling.py            # 3 interleaved repeats, ~6 min on 2 cores
+    .venv/bin/python bench/pytorch_ceiling.py            # 3 interleaved repeats x 2 variants, ~3-4 min on 2 cores
     .venv/bin/python bench/pytorch_ceiling.py --quick    # 1 short repeat, to check it runs
 
 Model: a TorchScript CNN with text_recognition's signature (`INPUT__0` FP32 [1,32,100] ->
 `OUTPUT__0` FP32 [26,37]; three conv+pool stages and a linear head, made by torch.jit.script
 with fixed weights), `max_batch_size: 8`, `dynamic_batching { }`, two KIND_CPU instances and
 INTRA_OP_THREAD_COUNT 1 (torch's intra-op pool is process-wide; one thread per call keeps the two
-instances from fighting over two cores, and the ceiling uses the same setting).
+instances from fighting over two cores, and the ceiling uses the same setting, as it does the
+backend's C allocator setting, handlers/backends/pytorch/settings.py keep_freed_memory).
 
 Ceiling: N threads (N = the instance count), each calling the module on one batch back to back
-under no_grad + inference_mode, as the backend calls it; measured at batch sizes 2, 4, 6 and 8,
+under no_grad + inference_mode, as the backend calls it, on the data perf_analyzer sends (random
+bytes, one row repeated: perf_analyzer.random_input; all-zero input ran ~35 % faster and made
+the ceiling unfairly high); measured at batch sizes 2, 4, 6 and 8,
 and read at the average batch size the server executed (ort_ceiling.at_batch interpolates the
 time per inference). Load: perf_analyzer 2.51 `-b 2 --shape INPUT__0:1,32,100
 --concurrency-range 16:16`. Repeats interleave the ceiling and the server; the ratio is of the
-medians. Results go to bench/results/pytorch-<date>-<host>.json and a table on stdout.
+medians. Two variants, interleaved, each with its own server: `shared` (perf_analyzer, server and
+ceiling on all CPUs, as before) and `pinned` (perf_analyzer on the first CPU, the server and the
+ceiling on the others: the ratio then compares the server with torch on the same CPUs, and the
+client's CPU counts for neither). Results go to bench/results/pytorch-<date>-<host>.json and a
+table on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -80,9 +88,12 @@ def ceiling(model: Path, batch: int, instances: int, seconds: float) -> float:
     """Inferences per second of `instances` threads calling the module in-process."""
     import torch
 
+    from handlers.backends.pytorch import settings
+
+    settings.keep_freed_memory()  # the allocator setting the backend's CPU instances make
     torch.set_num_threads(1)
     module = torch.jit.load(str(model))
-    x = torch.zeros(batch, 1, 32, 100)
+    x = torch.from_numpy(perf_analyzer.random_input((1, 32, 100), batch))  # what the server computes on
     with torch.no_grad(), torch.inference_mode():
         for _ in range(5):
             module(x)
@@ -101,7 +112,11 @@ def main() -> None:
     parser.add_argument("--measurement-ms", type=int, default=4000)
     parser.add_argument("--quick", action="store_true", help="one short repeat (checks that the bench runs)")
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--variants", default="shared,pinned",
+                        help="shared: perf_analyzer, server and ceiling on all CPUs; pinned: perf_analyzer on the "
+                             "first CPU, server and ceiling on the others (servers.split_cpus)")
     args = parser.parse_args()
+    args.load_at_start = os.getloadavg()[0]
     if args.quick:
         args.repeats, args.ceiling_seconds, args.measurement_ms = 1, 1.0, 1000
 
@@ -114,48 +129,70 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     model = build_model(repo / MODEL / "1" / "model.pt")
     (repo / MODEL / "config.pbtxt").write_text(CONFIG)
     sizes = [2, 4, 6, 8]
-    ceilings: dict[int, list[float]] = {b: [] for b in sizes}
-    runs: list[perf_analyzer.Level] = []
-    with servers.toolkit_serve(repo, work / "serve.log") as url:
-        perf_analyzer.run(MODEL, url, shape="INPUT__0:1,32,100", concurrency="16:16", measurement_ms=1000,
-                          stability=perf_analyzer.LOOSE_STABILITY, max_trials=3)  # warm-up, not recorded
+    variants = args.variants.split(",")
+    split = servers.split_cpus()
+    if "pinned" in variants and split is None:
+        print("one CPU: no pinned variant")
+        variants = [v for v in variants if v != "pinned"]
+    cpus = {v: (split if v == "pinned" else (None, None)) for v in variants}
+    ceilings: dict[str, dict[int, list[float]]] = {v: {b: [] for b in sizes} for v in variants}
+    runs: dict[str, list[perf_analyzer.Level]] = {v: [] for v in variants}
+    with contextlib.ExitStack() as stack:
+        urls = {}
+        for variant in variants:  # one server per variant, all started first: the repeats interleave them
+            client, server = cpus[variant]
+            urls[variant] = stack.enter_context(servers.toolkit_serve(repo, work / f"serve-{variant}.log", cpus=server))
+            perf_analyzer.run(MODEL, urls[variant], shape="INPUT__0:1,32,100", concurrency="16:16", measurement_ms=1000,
+                              stability=perf_analyzer.LOOSE_STABILITY, max_trials=3, cpus=client)  # warm-up
         for repeat in range(args.repeats):
-            for batch in sizes:
-                ceilings[batch].append(ceiling(model, batch, INSTANCES, args.ceiling_seconds))
-            (level,) = perf_analyzer.run_levels(MODEL, url, concurrency="16:16", shape="INPUT__0:1,32,100",
-                                                measurement_ms=args.measurement_ms, max_trials=5)
-            runs.append(level)
-            print(f"repeat {repeat + 1}: toolkit serve {level.throughput:.1f} infer/s at batch {level.batch_size:.2f}, "
-                  f"ceiling at batch 8 {ceilings[8][-1]:.1f} infer/s", flush=True)
+            for variant in variants:
+                client, server = cpus[variant]
+                with servers.pinned(server):
+                    for batch in sizes:
+                        ceilings[variant][batch].append(ceiling(model, batch, INSTANCES, args.ceiling_seconds))
+                (level,) = perf_analyzer.run_levels(MODEL, urls[variant], concurrency="16:16", shape="INPUT__0:1,32,100",
+                                                    measurement_ms=args.measurement_ms, max_trials=5, cpus=client)
+                runs[variant].append(level)
+                print(f"repeat {repeat + 1}, {variant}: toolkit serve {level.throughput:.1f} infer/s at batch "
+                      f"{level.batch_size:.2f}, ceiling at batch 8 {ceilings[variant][8][-1]:.1f} infer/s", flush=True)
 
-    medians = {(INSTANCES, b): statistics.median(v) for b, v in ceilings.items()}
-    served = statistics.median(level.throughput for level in runs)
-    batch = statistics.median(level.batch_size for level in runs)
-    ceiling_at = ort_ceiling.at_batch(medians, INSTANCES, batch)
-    ratio = served / ceiling_at if ceiling_at else 0.0
     result = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "cpus": os.cpu_count(),
+        "load_at_start": args.load_at_start,
         "model": f"{MODEL}: TorchScript CNN, FP32 [1,32,100] -> [26,37], max_batch_size 8, {INSTANCES} instances",
-        "ceiling": {str(b): v for (_, b), v in medians.items()},
-        "served": [level.as_dict() for level in runs],
-        "served_median": served,
-        "average_batch": batch,
-        "ceiling_at_batch": ceiling_at,
-        "ratio": ratio,
         "target": TARGET,
         "repeats": args.repeats,
+        "variants": {},
     }
-    print()
-    print("| batch | ceiling (infer/s) |")
-    print("|---|---|")
-    for (_, b), value in sorted(medians.items()):
-        print(f"| {b} | {value:.1f} |")
-    print()
-    print(f"toolkit serve at c16: {served:.1f} infer/s (median of {args.repeats}), average batch {batch:.2f}; "
-          f"ceiling there {ceiling_at:.1f} infer/s; ratio {ratio:.1%} (target >= {TARGET:.0%}: "
-          f"{'met' if ratio >= TARGET else 'NOT met'})")
+    for variant in variants:
+        medians = {(INSTANCES, b): statistics.median(v) for b, v in ceilings[variant].items()}
+        served = statistics.median(level.throughput for level in runs[variant])
+        batch = statistics.median(level.batch_size for level in runs[variant])
+        ceiling_at = ort_ceiling.at_batch(medians, INSTANCES, batch)
+        ratio = served / ceiling_at if ceiling_at else 0.0
+        client, server = cpus[variant]
+        where = "perf_analyzer, server and ceiling on all CPUs" if client is None else \
+            f"perf_analyzer on CPU {client}, server and ceiling on CPU {server}"
+        result["variants"][variant] = {
+            "cpus": where,
+            "ceiling": {str(b): v for (_, b), v in medians.items()},
+            "served": [level.as_dict() for level in runs[variant]],
+            "served_median": served,
+            "average_batch": batch,
+            "ceiling_at_batch": ceiling_at,
+            "ratio": ratio,
+        }
+        print()
+        print(f"{variant} ({where}):")
+        print("| batch | ceiling (infer/s) |")
+        print("|---|---|")
+        for (_, b), value in sorted(medians.items()):
+            print(f"| {b} | {value:.1f} |")
+        print(f"toolkit serve at c16: {served:.1f} infer/s (median of {args.repeats}), average batch {batch:.2f}; "
+              f"ceiling there {ceiling_at:.1f} infer/s; ratio {ratio:.1%} (target >= {TARGET:.0%}: "
+              f"{'met' if ratio >= TARGET else 'NOT met'})")
     if not args.quick:
         output = args.output or BENCH / "results" / f"pytorch-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
         output.write_text(json.dumps(result, indent=2) + "\n")

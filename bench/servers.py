@@ -131,15 +131,18 @@ def running(kinds: list[str], repo: Path, **options) -> Iterator[dict[str, Serve
 
 
 @contextlib.contextmanager
-def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable) -> Iterator[str]:
+def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable,
+                  cpus: str | None = None) -> Iterator[str]:
     """`toolkit serve REPO --device cpu` on a free HTTP port (gRPC and metrics ports off, so that
     nothing else on the machine collides with them) until ready; yields its host:port, stops its
-    process group on exit. For the per-backend benches (bench/*_ceiling.py, openvino_bench.py)."""
+    process group on exit. For the per-backend benches (bench/*_ceiling.py, openvino_bench.py).
+    `cpus` (a taskset list) pins the server to those CPUs (its CPU budget then sees only them)."""
     port = free_port()
     log.parent.mkdir(parents=True, exist_ok=True)
+    pin = ["taskset", "-c", cpus] if cpus is not None else []
     with open(log, "w") as handle:
         process = subprocess.Popen(
-            [python, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
+            [*pin, python, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
              "--grpc-port", "0", "--metrics-port", "0", "--log-level", "warning"],
             cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
         )
@@ -158,6 +161,32 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(30)
+
+
+def split_cpus() -> tuple[str, str] | None:
+    """The pinned variant of the ceiling benches: (the client's CPUs, the server's and the
+    ceiling's CPUs) as taskset lists: perf_analyzer on the first CPU this process may use, the
+    server and the in-process ceiling on the others, so that the ratio compares the server with
+    the framework on the same CPUs and the client's CPU counts for neither. None with one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    return str(cpus[0]), ",".join(str(c) for c in cpus[1:])
+
+
+@contextlib.contextmanager
+def pinned(cpus: str | None) -> Iterator[None]:
+    """Runs the block with this thread (and the threads it starts) on `cpus` (a taskset list;
+    None: unchanged), then restores the affinity."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def threads_rate(calls: list, seconds: float) -> float:

@@ -586,3 +586,57 @@ def test_an_optional_input_missing_from_a_request_is_refused(repo):
     error = instance(repo, "m").execute([request("m", {"INPUT__0": np.ones((1, 4), np.float32)})])[0]
     assert isinstance(error, InferenceError) and error.code == ErrorCode.INVALID_ARG
     assert error.message == "model 'm': input 'INPUT__1' is optional in the config, but the TorchScript forward needs every argument"
+
+
+# -- the C allocator ------------------------------------------------------------------------------
+
+_FAULTS = """
+import resource, sys, threading, torch
+from handlers.backends.pytorch import settings
+print(settings.keep_freed_memory() if sys.argv[1] == "keep" else None)
+torch.set_num_threads(1)
+net = torch.nn.Sequential(torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(32, 32, 3, padding=1))
+x = torch.randn(8, 1, 32, 100)
+faults = []
+def work():  # a batcher worker: a thread of its own, so glibc gives it its own heap
+    with torch.inference_mode():
+        for _ in range(5):
+            net(x)
+        before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        for _ in range(20):
+            net(x)
+        faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
+thread = threading.Thread(target=work)
+thread.start()
+thread.join()
+print(faults[0])
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc: Linux only")
+@pytest.mark.parametrize("environ", [{}, {"MALLOC_TRIM_THRESHOLD_": "131072"}])
+def test_cpu_forwards_stop_faulting_their_buffers_back_in(environ):
+    """A forward of a few MB of activations, in a worker thread: with glibc's defaults the heap's
+    freed top goes back to the kernel and every forward page-faults it in again; once an instance
+    has set the allocator (settings.keep_freed_memory), the buffers are reused without a fault.
+    A user's own MALLOC_* choice is left alone."""
+    import os
+    import platform
+    import subprocess
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's malloc only")
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}
+
+    def faults(mode: str) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", _FAULTS, mode], cwd=root, env={**env, **environ},
+                             capture_output=True, text=True, timeout=120, check=True).stdout.split()
+        return out[0], int(out[1])
+
+    applied, kept = faults("keep")
+    _, default = faults("default")
+    if environ:
+        assert applied == "False" and kept > 1000  # left as the user set it
+    else:
+        assert applied == "True" and kept < 100 and default > 10 * max(kept, 100)

@@ -142,6 +142,8 @@ class PyTorchInstance:
         if self.parameters.intra_op_threads is None and threads is not None:
             settings.apply_budget_threads(torch, spec.name, threads)
         self.device = placement(torch, kind, device_id, spec.name)
+        if self.device is None or self.device.type == "cpu":
+            settings.keep_freed_memory()
         path = Path(spec.model_files[version])
         if path.is_dir():
             path = path / DEFAULT_FILENAME
