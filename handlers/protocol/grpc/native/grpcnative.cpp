@@ -23,7 +23,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,7 +41,7 @@ struct PyCall;
 // One RPC. Owned jointly (refs): grpc++ until OnDone, each queued event, the Python object.
 class Call final : public grpc::ServerGenericBidiReactor {
  public:
-  Call(Hub* hub, grpc::GenericCallbackServerContext* context, bool streaming);
+  Call(Hub* hub, grpc::GenericCallbackServerContext* context);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -58,14 +57,13 @@ class Call final : public grpc::ServerGenericBidiReactor {
   void Write(grpc::ByteBuffer buffer);
   void Reply(grpc::ByteBuffer buffer);  // write one message and finish with OK
   void Finish(grpc::Status status);
-  void Read();  // streaming calls: ask for the next message
+  void Read();  // ask for the next message (after the first, which is read at once)
 
   Hub* hub_;
   std::string method_;
   std::string peer_;
   std::vector<std::pair<std::string, std::string>> metadata_;
   std::chrono::system_clock::time_point deadline_;
-  bool streaming_;
   PyCall* py_ = nullptr;  // the Python object, touched only with the GIL held
   std::atomic<bool> cancelled_{false};
 
@@ -123,7 +121,6 @@ class Hub {
   }
 
   int fd() const { return fd_; }
-  std::set<std::string> streaming_methods;
   std::atomic<bool> closing{false};
 
  private:
@@ -132,9 +129,8 @@ class Hub {
   std::vector<Event> events_;
 };
 
-Call::Call(Hub* hub, grpc::GenericCallbackServerContext* context, bool streaming)
-    : hub_(hub), method_(context->method()), peer_(context->peer()), deadline_(context->deadline()),
-      streaming_(streaming) {
+Call::Call(Hub* hub, grpc::GenericCallbackServerContext* context)
+    : hub_(hub), method_(context->method()), peer_(context->peer()), deadline_(context->deadline()) {
   for (const auto& entry : context->client_metadata()) {
     metadata_.emplace_back(std::string(entry.first.data(), entry.first.size()),
                            std::string(entry.second.data(), entry.second.size()));
@@ -147,21 +143,16 @@ void Call::OnReadDone(bool ok) {
     hub_->Push(this, MESSAGE, &request_);
     return;
   }
-  if (streaming_) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      read_closed_ = true;
-    }
-    hub_->Push(this, HALF_CLOSE, nullptr);
-    return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    read_closed_ = true;
   }
-  // A unary call whose client sent no message (or that was cancelled before it arrived).
-  if (!cancelled_.load()) Finish(grpc::Status(grpc::StatusCode::INTERNAL, "Missing request message"));
+  hub_->Push(this, HALF_CLOSE, nullptr);  // the client sent its last message (or none at all)
 }
 
 void Call::Read() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (done_ || finish_sent_ || read_closed_ || !streaming_) return;
+  if (done_ || finish_sent_ || read_closed_) return;
   // no reaction is pending on request_ (the previous read's was delivered), so it is free
   StartRead(&request_);
 }
@@ -257,8 +248,7 @@ class Service final : public grpc::CallbackGenericService {
  public:
   explicit Service(Hub* hub) : hub_(hub) {}
   grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* context) override {
-    bool streaming = hub_->streaming_methods.count(context->method()) > 0;
-    return new Call(hub_, context, streaming);
+    return new Call(hub_, context);
   }
 
  private:
@@ -409,7 +399,7 @@ PyMethodDef PyCall_methods[] = {
     {"finish", reinterpret_cast<PyCFunction>(PyCall_finish), METH_VARARGS,
      "finish(code, message): end the RPC with a status (after the messages already written)."},
     {"read", reinterpret_cast<PyCFunction>(PyCall_read), METH_NOARGS,
-     "Streaming calls: ask for the next request message."},
+     "Ask for the next request message (the first is read at once; HALF_CLOSE follows the last)."},
     {"metadata", reinterpret_cast<PyCFunction>(PyCall_metadata), METH_NOARGS,
      "The client's metadata: a tuple of (key, value)."},
     {"peer", reinterpret_cast<PyCFunction>(PyCall_peer), METH_NOARGS, "The client's address."},
@@ -457,12 +447,11 @@ struct PyServer {
 };
 
 int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
-  static const char* keywords[] = {"address", "max_receive", "max_send", "reuse_port", "streaming_methods", nullptr};
+  static const char* keywords[] = {"address", "max_receive", "max_send", "reuse_port", nullptr};
   const char* address;
   int max_receive, max_send, reuse_port;
-  PyObject* streaming;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "siipO", const_cast<char**>(keywords), &address, &max_receive,
-                                   &max_send, &reuse_port, &streaming)) {
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "siip", const_cast<char**>(keywords), &address, &max_receive,
+                                   &max_send, &reuse_port)) {
     return -1;
   }
   if (self->server != nullptr) {
@@ -470,20 +459,6 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
     return -1;
   }
   self->hub = new Hub();
-  PyObject* iterator = PyObject_GetIter(streaming);
-  if (iterator == nullptr) return -1;
-  while (PyObject* item = PyIter_Next(iterator)) {
-    const char* name = PyUnicode_AsUTF8(item);
-    if (name == nullptr) {
-      Py_DECREF(item);
-      Py_DECREF(iterator);
-      return -1;
-    }
-    self->hub->streaming_methods.insert(name);
-    Py_DECREF(item);
-  }
-  Py_DECREF(iterator);
-  if (PyErr_Occurred()) return -1;
   self->service = new Service(self->hub);
   std::string where(address);
   int port = 0;
@@ -618,7 +593,7 @@ PyMODINIT_FUNC PyInit__grpcnative(void) {
   PyServerType.tp_methods = PyServer_methods;
   PyServerType.tp_members = PyServer_members;
   PyServerType.tp_doc =
-      "Server(address, max_receive, max_send, reuse_port, streaming_methods): listen and start; "
+      "Server(address, max_receive, max_send, reuse_port): listen and start; "
       "`port` is the bound port.";
   if (PyType_Ready(&PyServerType) < 0) return nullptr;
 
