@@ -1,0 +1,256 @@
+"""The native gRPC front end (grpc++, handlers/protocol/grpc/native + nativeserver.py) against a
+real grpcio client: grpcio's server semantics for the handlers it runs (unknown methods, abort,
+exceptions, streams, cancellation, message limits, shutdown), and how `toolkit serve` chooses a
+front end (TOOLKIT_GRPC_FRONTEND).
+
+The whole gRPC suite (tests/test_grpc_*.py, decoupled, workers, fuzz) runs against the default
+front end, native when built; .ci/run runs it again with TOOLKIT_GRPC_FRONTEND=grpcio. Without
+the extension these tests skip locally (build it: handlers/protocol/grpc/native/build.py) and
+fail in CI (TOOLKIT_REQUIRE_TOOLS=1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from handlers.protocol.grpc import server as grpc_server
+
+SERVICE = "test.Echo"
+ADD_SUB = """
+    name: "add_sub"
+    backend: "onnxruntime"
+    max_batch_size: 8
+    input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "INPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+    output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }, { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ 16 ] } ]
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _native_built() -> None:
+    if not grpc_server.native_available():
+        message = ("the native gRPC front end is not built: "
+                   f"{sys.executable} handlers/protocol/grpc/native/build.py (needs libgrpc++-dev)")
+        if os.environ.get("TOOLKIT_REQUIRE_TOOLS") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+class _Echo:
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def unary(self, request: bytes, context) -> bytes:
+        if request == b"abort":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no aborts here")
+        if request == b"raise":
+            raise ValueError("broken")
+        if request == b"metadata":
+            return repr((dict(context.invocation_metadata()).get("x-key"), context.peer().startswith("ipv"),
+                         context.time_remaining() is not None)).encode()
+        if request == b"wait":
+            self.started.set()
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        return request[::-1]
+
+    async def stream(self, requests: AsyncIterator[bytes], context) -> AsyncIterator[bytes]:
+        count = 0
+        try:
+            async for request in requests:
+                count += 1
+                yield request + b"!"
+                if request == b"hang":
+                    self.started.set()
+                    await asyncio.sleep(60)
+            yield f"{count} requests".encode()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+    async def watch(self, request: bytes, context) -> None:
+        for i in range(3):
+            await context.write(request + str(i).encode())
+
+
+def _handlers(echo: _Echo):
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "Unary": grpc.unary_unary_rpc_method_handler(echo.unary),
+        "Stream": grpc.stream_stream_rpc_method_handler(echo.stream),
+        "Watch": grpc.unary_stream_rpc_method_handler(echo.watch),
+    })
+
+
+async def _serve(echo: _Echo, max_receive: int = 1 << 20):
+    from handlers.protocol.grpc.nativeserver import NativeServer
+
+    server = NativeServer([("grpc.max_receive_message_length", max_receive), ("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((_handlers(echo),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    assert port > 0
+    await server.start()
+    return server, grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+
+
+def _run(scenario) -> None:
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_unary_abort_exception_unknown_method_and_metadata() -> None:
+    async def scenario() -> None:
+        server, channel = await _serve(_Echo())
+        unary = channel.unary_unary(f"/{SERVICE}/Unary")
+        assert await unary(b"hello") == b"olleh"
+        assert await unary(b"") == b""
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await unary(b"abort")
+        assert (error.value.code(), error.value.details()) == (grpc.StatusCode.INVALID_ARGUMENT, "no aborts here")
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await unary(b"raise")
+        assert error.value.code() == grpc.StatusCode.UNKNOWN
+        assert error.value.details() == "Unexpected <class 'ValueError'>: broken"
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await channel.unary_unary(f"/{SERVICE}/Missing")(b"x")
+        assert (error.value.code(), error.value.details()) == (grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        assert await unary(b"metadata", metadata=[("x-key", "v")], timeout=30) == b"('v', True, True)"
+        assert await unary(b"metadata") == b"(None, True, False)"
+        results = await asyncio.gather(*(unary(str(i).encode()) for i in range(200)))
+        assert results == [str(i).encode()[::-1] for i in range(200)]
+        await channel.close()
+        await server.stop(1)
+
+    _run(scenario)
+
+
+def test_streams_in_order_empty_and_server_streaming() -> None:
+    async def scenario() -> None:
+        server, channel = await _serve(_Echo())
+        stream = channel.stream_stream(f"/{SERVICE}/Stream")
+
+        async def requests(items):
+            for item in items:
+                yield item
+
+        assert [m async for m in stream(requests([b"a", b"b", b"c"]))] == [b"a!", b"b!", b"c!", b"3 requests"]
+        assert [m async for m in stream(requests([]))] == [b"0 requests"]
+        watch = channel.unary_stream(f"/{SERVICE}/Watch")
+        assert [m async for m in watch(b"w")] == [b"w0", b"w1", b"w2"]
+        await channel.close()
+        await server.stop(1)
+
+    _run(scenario)
+
+
+def test_a_cancelled_call_cancels_its_handler() -> None:
+    async def scenario() -> None:
+        echo = _Echo()
+        server, channel = await _serve(echo)
+        call = channel.unary_unary(f"/{SERVICE}/Unary")(b"wait")
+        await echo.started.wait()
+        call.cancel()
+        await asyncio.wait_for(echo.cancelled.wait(), 10)
+
+        echo.started.clear()
+        echo.cancelled.clear()
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+        async def requests():
+            while (item := await queue.get()) is not None:
+                yield item
+
+        streaming = channel.stream_stream(f"/{SERVICE}/Stream")(requests())
+        await queue.put(b"hang")
+        assert await streaming.read() == b"hang!"
+        await echo.started.wait()
+        streaming.cancel()
+        await asyncio.wait_for(echo.cancelled.wait(), 10)
+        assert await channel.unary_unary(f"/{SERVICE}/Unary")(b"ok") == b"ko"  # the server goes on
+        await channel.close()
+        await server.stop(1)
+
+    _run(scenario)
+
+
+def test_message_limit_and_shutdown_cancel_what_runs() -> None:
+    async def scenario() -> None:
+        echo = _Echo()
+        server, channel = await _serve(echo, max_receive=1000)
+        unary = channel.unary_unary(f"/{SERVICE}/Unary")
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await unary(b"x" * 2000)
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert await unary(b"x" * 900) == b"x" * 900
+        waiting = asyncio.ensure_future(unary(b"wait"))
+        await echo.started.wait()
+        await server.stop(0.2)  # grace over: the running call is cancelled
+        await asyncio.wait_for(echo.cancelled.wait(), 10)
+        with pytest.raises(grpc.aio.AioRpcError):
+            await waiting
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await unary(b"late", timeout=5)
+        assert error.value.code() == grpc.StatusCode.UNAVAILABLE
+        await channel.close()
+
+    _run(scenario)
+
+
+def test_frontend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(grpc_server.FRONTEND_ENV, raising=False)
+    assert grpc_server.frontend() == "native"  # built (the fixture): the default
+    monkeypatch.setenv(grpc_server.FRONTEND_ENV, "grpcio")
+    assert grpc_server.frontend() == "grpcio"
+    monkeypatch.setenv(grpc_server.FRONTEND_ENV, "Native")
+    assert grpc_server.frontend() == "native"
+    monkeypatch.setenv(grpc_server.FRONTEND_ENV, "tonic")
+    with pytest.raises(ValueError, match="expected one of native, grpcio"):
+        grpc_server.frontend()
+
+
+@pytest.mark.parametrize("chosen", ["native", "grpcio"])
+def test_toolkit_serve_uses_the_chosen_frontend(tmp_path: Path, chosen: str) -> None:
+    """`toolkit serve` logs its front end and answers tritonclient.grpc and gRPC health on it."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from tritonclient import grpc as triton_grpc
+
+    import numpy as np
+
+    import model_builders as mb
+    from conftest import write_config
+    from serving import serve
+
+    repository = tmp_path / "models"
+    mb.add_sub(repository / "add_sub" / "1" / "model.onnx")
+    write_config(repository, "add_sub", ADD_SUB)
+    with serve(repository, "--device", "cpu", "--log-level", "info",
+               env={grpc_server.FRONTEND_ENV: chosen}) as s:
+        client = triton_grpc.InferenceServerClient(s.grpc)
+        assert client.is_server_live() and client.is_server_ready()
+        with grpc.insecure_channel(s.grpc) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            deadline = time.monotonic() + 30
+            while True:  # health follows readiness within its polling interval
+                answer = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+                if answer.status == health_pb2.HealthCheckResponse.SERVING or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        inputs = []
+        for name in ("INPUT0", "INPUT1"):
+            tensor = triton_grpc.InferInput(name, [1, 16], "FP32")
+            tensor.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
+            inputs.append(tensor)
+        result = client.infer("add_sub", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * np.arange(16, dtype=np.float32).reshape(1, 16))
+        client.close()
+        assert f"gRPC front end: {chosen}" in s.output()
