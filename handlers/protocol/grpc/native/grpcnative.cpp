@@ -7,9 +7,10 @@
 // takes the whole queue in one call (`Server.drain`). Python answers through the `Call` object
 // (`reply`, `write`, `finish`, `read`), which hands the bytes to grpc++ and returns at once.
 //
-// grpc++'s threads never touch Python objects and never take the GIL; the Python thread calls
-// into grpc++ (which may run a reaction inline, which only touches this file's own state under
-// its own mutexes). The only blocking call, `Server.shutdown`, runs without the GIL.
+// grpc++'s threads never touch Python objects and never take the GIL. Python's answers go to
+// grpc++ through one sender thread (starting a write runs transport work inline: ~30 us per
+// unary reply measured on the loop's thread, ~4 us to queue it instead). The only blocking call,
+// `Server.shutdown`, runs without the GIL.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,6 +20,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -128,6 +131,62 @@ class Hub {
   std::mutex mu_;
   std::vector<Event> events_;
 };
+
+// Python's answers, handed to grpc++ on this thread: starting a write or a finish runs part of
+// grpc's transport work inline (measured ~30 us per unary reply), which must not be the GIL's.
+class Sender {
+ public:
+  enum Kind { WRITE, REPLY, FINISH, READ };
+  struct Op {
+    Call* call;  // holds a ref
+    Kind kind;
+    grpc::ByteBuffer buffer;
+    grpc::Status status;
+  };
+
+  Sender() : thread_([this] { Run(); }) { thread_.detach(); }
+
+  void Push(Call* call, Kind kind, grpc::ByteBuffer* buffer, grpc::Status status = grpc::Status::OK) {
+    call->Ref();
+    std::lock_guard<std::mutex> lock(mu_);
+    bool was_empty = ops_.empty();
+    ops_.push_back(Op{call, kind, grpc::ByteBuffer(), std::move(status)});
+    if (buffer != nullptr) ops_.back().buffer.Swap(buffer);
+    if (was_empty) ready_.notify_one();
+  }
+
+ private:
+  void Run() {
+    std::vector<Op> ops;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        ready_.wait(lock, [this] { return !ops_.empty(); });
+        ops.swap(ops_);
+      }
+      for (Op& op : ops) {
+        switch (op.kind) {
+          case WRITE: op.call->Write(std::move(op.buffer)); break;
+          case REPLY: op.call->Reply(std::move(op.buffer)); break;
+          case FINISH: op.call->Finish(std::move(op.status)); break;
+          case READ: op.call->Read(); break;
+        }
+        op.call->Unref();
+      }
+      ops.clear();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable ready_;
+  std::vector<Op> ops_;
+  std::thread thread_;
+};
+
+Sender* TheSender() {
+  static Sender* sender = new Sender();  // one per process, never destroyed
+  return sender;
+}
 
 Call::Call(Hub* hub, grpc::GenericCallbackServerContext* context)
     : hub_(hub), method_(context->method()), peer_(context->peer()), deadline_(context->deadline()) {
@@ -317,14 +376,14 @@ int PyCall_clear(PyCall* self) {
 PyObject* PyCall_write(PyCall* self, PyObject* data) {
   grpc::ByteBuffer buffer;
   if (!ToBuffer(data, &buffer)) return nullptr;
-  self->call->Write(std::move(buffer));
+  TheSender()->Push(self->call, Sender::WRITE, &buffer);
   Py_RETURN_NONE;
 }
 
 PyObject* PyCall_reply(PyCall* self, PyObject* data) {
   grpc::ByteBuffer buffer;
   if (!ToBuffer(data, &buffer)) return nullptr;
-  self->call->Reply(std::move(buffer));
+  TheSender()->Push(self->call, Sender::REPLY, &buffer);
   Py_RETURN_NONE;
 }
 
@@ -333,12 +392,13 @@ PyObject* PyCall_finish(PyCall* self, PyObject* args) {
   const char* message;
   Py_ssize_t length;
   if (!PyArg_ParseTuple(args, "is#", &code, &message, &length)) return nullptr;
-  self->call->Finish(grpc::Status(static_cast<grpc::StatusCode>(code), std::string(message, length)));
+  TheSender()->Push(self->call, Sender::FINISH, nullptr,
+                    grpc::Status(static_cast<grpc::StatusCode>(code), std::string(message, length)));
   Py_RETURN_NONE;
 }
 
 PyObject* PyCall_read(PyCall* self, PyObject*) {
-  self->call->Read();
+  TheSender()->Push(self->call, Sender::READ, nullptr);
   Py_RETURN_NONE;
 }
 
