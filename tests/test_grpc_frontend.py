@@ -254,3 +254,13 @@ def test_toolkit_serve_uses_the_chosen_frontend(tmp_path: Path, chosen: str) -> 
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * np.arange(16, dtype=np.float32).reshape(1, 16))
         client.close()
         assert f"gRPC front end: {chosen}" in s.output()
+
+
+def test_images_never_carry_the_module_built_here(tmp_path: Path) -> None:
+    """The module built in the tree links this machine's grpc++: `toolkit build` leaves it out."""
+    from toolkit.build.context import copy_runtime
+
+    copy_runtime(tmp_path)
+    shipped = {p.name for p in (tmp_path / "handlers" / "protocol" / "grpc").iterdir()}
+    assert "nativeserver.py" in shipped and "server.py" in shipped
+    assert not [name for name in shipped if name.startswith("_grpcnative")]
