@@ -11,7 +11,7 @@ models load, SERVING once every model is ready (ServerReady), NOT_SERVING again 
 drains; a probe's liveness and readiness/startup checks read them (docs/grpc.md).
 
 Message size limits: a request over TOOLKIT_MAX_REQUEST_BYTES (handlers/limits.py) is refused by
-grpcio before it is read whole (RESOURCE_EXHAUSTED); responses may be as large as gRPC allows.
+the front end before it is read whole (RESOURCE_EXHAUSTED); responses may be as large as gRPC allows.
 """
 
 from __future__ import annotations
