@@ -79,6 +79,11 @@ class _Echo:
             self.cancelled.set()
             raise
 
+    async def flood(self, request: bytes, context) -> AsyncIterator[bytes]:
+        for i in range(200):
+            self.produced = i + 1
+            yield bytes([i % 256]) * 256 * 1024
+
     async def watch(self, request: bytes, context) -> None:
         for i in range(3):
             await context.write(request + str(i).encode())
@@ -89,6 +94,7 @@ def _handlers(echo: _Echo):
         "Unary": grpc.unary_unary_rpc_method_handler(echo.unary),
         "Stream": grpc.stream_stream_rpc_method_handler(echo.stream),
         "Watch": grpc.unary_stream_rpc_method_handler(echo.watch),
+        "Flood": grpc.unary_stream_rpc_method_handler(echo.flood),
     })
 
 
@@ -146,6 +152,31 @@ def test_streams_in_order_empty_and_server_streaming() -> None:
         assert [m async for m in stream(requests([]))] == [b"0 requests"]
         watch = channel.unary_stream(f"/{SERVICE}/Watch")
         assert [m async for m in watch(b"w")] == [b"w0", b"w1", b"w2"]
+        await channel.close()
+        await server.stop(1)
+
+    _run(scenario)
+
+
+def test_a_slow_reader_holds_back_the_writer() -> None:
+    """200 responses of 256 KiB to a client that pauses: the handler waits instead of queueing
+    them all in the server (grpcio's server awaits each write; this one lets WRITE_HIGH run ahead
+    of what grpc++ has sent; HTTP/2's windows and the sockets hold some 30-80 more here)."""
+    async def scenario() -> None:
+        echo = _Echo()
+        echo.produced = 0
+        server, channel = await _serve(echo)
+        call = channel.unary_stream(f"/{SERVICE}/Flood")(b"")
+        first = await call.read()
+        assert first[:1] == b"\x00"
+        await asyncio.sleep(1.0)  # the client reads nothing: the handler stalls ...
+        stalled = echo.produced
+        await asyncio.sleep(0.5)
+        assert echo.produced == stalled < 150, (stalled, echo.produced)  # ... where the transport's buffers end
+        received = 1
+        while await call.read() is not grpc.aio.EOF:
+            received += 1
+        assert (received, echo.produced) == (200, 200)
         await channel.close()
         await server.stop(1)
 

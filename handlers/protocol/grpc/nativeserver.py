@@ -17,7 +17,9 @@ text", a client's cancellation cancels the handler's task, `stop(grace)` refuses
 cancels those still running after `grace` seconds.
 
 Streaming requests are read one message ahead (the next is asked for when the handler takes
-one), so a slow handler holds back a fast client as grpcio's does.
+one), so a slow handler holds back a fast client as grpcio's does; a response stream's writer
+waits while more than `WRITE_HIGH` of its messages are not sent yet (until `WRITE_LOW` are), so a
+slow client holds back the handler instead of filling the server's memory.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from . import _grpcnative  # ImportError when the extension is not built: the ca
 log = logging.getLogger("handlers.protocol.grpc")
 
 MESSAGE, HALF_CLOSE, CANCELLED = _grpcnative.MESSAGE, _grpcnative.HALF_CLOSE, _grpcnative.CANCELLED
+WRITABLE = _grpcnative.WRITABLE
+WRITE_HIGH = 8  # response messages queued to grpc++ before a writer waits ...
+WRITE_LOW = 2  # ... until no more than this many are left
 _CODE = {code: code.value[0] for code in grpc.StatusCode}
 _NOT_FOUND = object()
 
@@ -70,7 +75,7 @@ class _Context:
         return self.code
 
     async def write(self, message: Any) -> None:
-        self._call.write(self._serialize(message) if self._serialize else message)
+        await _write(self._call, self._serialize(message) if self._serialize else message)
 
     async def read(self) -> Any:
         raise NotImplementedError("read() is not supported: iterate the request iterator instead")
@@ -142,13 +147,25 @@ class _Requests:
 
 
 class _State:
-    """A streaming call's Python side (in `call.tag`)."""
+    """A call's Python side (in `call.tag`)."""
 
-    __slots__ = ("task", "requests")
+    __slots__ = ("task", "requests", "writable")
 
     def __init__(self, requests: _Requests | None) -> None:
         self.task: asyncio.Task[None] | None = None
         self.requests = requests
+        self.writable: asyncio.Future[None] | None = None
+
+
+async def _write(call: Any, data: bytes) -> None:
+    """Queue one response message; wait while too many are not sent yet."""
+    if call.write(data) > WRITE_HIGH and call.wait_writable(WRITE_LOW):
+        state = call.tag
+        waiter = state.writable = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            state.writable = None
 
 
 class _Details:
@@ -247,11 +264,15 @@ class NativeServer:
             elif state is None:  # no message came before: an empty stream, or a cancelled call
                 if kind == HALF_CLOSE:
                     self._begin(loop, call, None)
-                else:
+                elif kind == CANCELLED:
                     call.finish(_CODE[grpc.StatusCode.CANCELLED], "Cancelled")
+            elif kind == WRITABLE:
+                if state.writable is not None and not state.writable.done():
+                    state.writable.set_result(None)
             else:
                 if kind == HALF_CLOSE:
-                    state.requests.close()
+                    if state.requests is not None:
+                        state.requests.close()
                 else:  # CANCELLED
                     if state.requests is not None:
                         state.requests.close()
@@ -324,7 +345,7 @@ class NativeServer:
         serialize = context._serialize
         if hasattr(result, "__anext__"):
             async for response in result:
-                call.write(serialize(response) if serialize else response)
+                await _write(call, serialize(response) if serialize else response)
         elif result is not None:
             await result  # a coroutine writing with context.write
         code = context.code if context.code is not None else grpc.StatusCode.OK

@@ -36,7 +36,7 @@
 
 namespace {
 
-enum EventKind { MESSAGE = 0, HALF_CLOSE = 1, CANCELLED = 2 };
+enum EventKind { MESSAGE = 0, HALF_CLOSE = 1, CANCELLED = 2, WRITABLE = 3 };
 
 class Hub;
 struct PyCall;
@@ -70,6 +70,17 @@ class Call final : public grpc::ServerGenericBidiReactor {
   PyCall* py_ = nullptr;  // the Python object, touched only with the GIL held
   std::atomic<bool> cancelled_{false};
 
+  // Flow control of response messages: `submitted_` counts `write`s (Python thread, GIL held),
+  // `completed_` those grpc++ finished or dropped; WRITABLE is pushed once pending falls to
+  // `writable_at_` after Python asked (WaitWritable).
+  int64_t submitted_ = 0;
+  std::atomic<int64_t> completed_{0};
+  bool WaitWritable(int64_t at);
+  int64_t Submit() {  // one more write; returns the messages not sent yet
+    std::lock_guard<std::mutex> lock(mu_);
+    return ++submitted_ - completed_.load();
+  }
+
  private:
   ~Call() override = default;
   void StartNextWrite(std::unique_lock<std::mutex>& lock);
@@ -83,7 +94,10 @@ class Call final : public grpc::ServerGenericBidiReactor {
   bool finish_sent_ = false;
   bool done_ = false;
   bool read_closed_ = false;
+  bool want_writable_ = false;
+  int64_t writable_at_ = 0;
   grpc::Status status_;
+  void Completed(int64_t count);  // mu_ held
 };
 
 struct Event {
@@ -224,9 +238,28 @@ void Call::StartNextWrite(std::unique_lock<std::mutex>& lock) {
   StartWrite(next);
 }
 
+void Call::Completed(int64_t count) {
+  int64_t completed = completed_.fetch_add(count) + count;
+  if (want_writable_ && submitted_ - completed <= writable_at_) {
+    want_writable_ = false;
+    hub_->Push(this, WRITABLE, nullptr);
+  }
+}
+
+bool Call::WaitWritable(int64_t at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (done_ || submitted_ - completed_.load() <= at) return false;
+  want_writable_ = true;
+  writable_at_ = at;
+  return true;
+}
+
 void Call::Write(grpc::ByteBuffer buffer) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (done_ || finish_sent_ || finish_wanted_) return;
+  if (done_ || finish_sent_ || finish_wanted_) {
+    Completed(1);
+    return;
+  }
   writes_.push_back(std::move(buffer));
   if (!writing_) StartNextWrite(lock);
 }
@@ -264,7 +297,12 @@ void Call::OnWriteDone(bool ok) {
   std::unique_lock<std::mutex> lock(mu_);
   writes_.pop_front();
   writing_ = false;
-  if (!ok) writes_.clear();  // the stream is broken (cancelled): nothing more can be written
+  int64_t completed = 1;
+  if (!ok) {  // the stream is broken (cancelled): nothing more can be written
+    completed += static_cast<int64_t>(writes_.size());
+    writes_.clear();
+  }
+  Completed(completed);
   if (!writes_.empty()) {
     if (finish_wanted_ && writes_.size() == 1) {  // the last message goes with the status
       finish_sent_ = true;
@@ -299,6 +337,10 @@ void Call::OnDone() {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
     writes_.clear();
+    if (want_writable_) {  // nothing more will be written: let the writer go on (and end)
+      want_writable_ = false;
+      hub_->Push(this, WRITABLE, nullptr);
+    }
   }
   Unref();
 }
@@ -376,8 +418,9 @@ int PyCall_clear(PyCall* self) {
 PyObject* PyCall_write(PyCall* self, PyObject* data) {
   grpc::ByteBuffer buffer;
   if (!ToBuffer(data, &buffer)) return nullptr;
+  int64_t pending = self->call->Submit();
   TheSender()->Push(self->call, Sender::WRITE, &buffer);
-  Py_RETURN_NONE;
+  return PyLong_FromLongLong(pending);
 }
 
 PyObject* PyCall_reply(PyCall* self, PyObject* data) {
@@ -438,6 +481,12 @@ PyObject* PyCall_time_remaining(PyCall* self, PyObject*) {
   return PyFloat_FromDouble(seconds < 0 ? 0.0 : seconds);
 }
 
+PyObject* PyCall_wait_writable(PyCall* self, PyObject* arg) {
+  long long at = PyLong_AsLongLong(arg);
+  if (at == -1 && PyErr_Occurred()) return nullptr;
+  return PyBool_FromLong(self->call->WaitWritable(at) ? 1 : 0);
+}
+
 PyObject* PyCall_cancelled(PyCall* self, PyObject*) {
   return PyBool_FromLong(self->call->cancelled_.load() ? 1 : 0);
 }
@@ -453,7 +502,11 @@ PyObject* PyCall_get_method(PyCall* self, void*) {
 }
 
 PyMethodDef PyCall_methods[] = {
-    {"write", reinterpret_cast<PyCFunction>(PyCall_write), METH_O, "Send one response message."},
+    {"write", reinterpret_cast<PyCFunction>(PyCall_write), METH_O,
+     "Send one response message; returns how many written messages are not sent yet."},
+    {"wait_writable", reinterpret_cast<PyCFunction>(PyCall_wait_writable), METH_O,
+     "wait_writable(n): True when more than n messages are not sent yet: a WRITABLE event follows "
+     "once no more than n are (or the call ends)."},
     {"reply", reinterpret_cast<PyCFunction>(PyCall_reply), METH_O,
      "Send one response message and finish with OK."},
     {"finish", reinterpret_cast<PyCFunction>(PyCall_finish), METH_VARARGS,
@@ -666,5 +719,6 @@ PyMODINIT_FUNC PyInit__grpcnative(void) {
   PyModule_AddIntConstant(module, "MESSAGE", MESSAGE);
   PyModule_AddIntConstant(module, "HALF_CLOSE", HALF_CLOSE);
   PyModule_AddIntConstant(module, "CANCELLED", CANCELLED);
+  PyModule_AddIntConstant(module, "WRITABLE", WRITABLE);
   return module;
 }
