@@ -251,14 +251,12 @@ def test_frontend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("chosen", ["native", "grpcio"])
 def test_toolkit_serve_uses_the_chosen_frontend(tmp_path: Path, chosen: str) -> None:
     """`toolkit serve` logs its front end and answers tritonclient.grpc and gRPC health on it."""
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-    from tritonclient import grpc as triton_grpc
-
-    import numpy as np
-
     import model_builders as mb
+    import numpy as np
     from conftest import write_config
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
     from serving import serve
+    from tritonclient import grpc as triton_grpc
 
     repository = tmp_path / "models"
     mb.add_sub(repository / "add_sub" / "1" / "model.onnx")

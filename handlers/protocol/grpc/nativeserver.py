@@ -107,7 +107,7 @@ class _Context:
 class _Requests:
     """A streaming call's request messages as an async iterator (one read ahead)."""
 
-    __slots__ = ("_call", "_deserialize", "_items", "_waiter", "_closed")
+    __slots__ = ("_call", "_closed", "_deserialize", "_items", "_waiter")
 
     def __init__(self, call: Any, deserialize: Any) -> None:
         self._call = call
@@ -149,7 +149,7 @@ class _Requests:
 class _State:
     """A call's Python side (in `call.tag`)."""
 
-    __slots__ = ("task", "requests", "writable")
+    __slots__ = ("requests", "task", "writable")
 
     def __init__(self, requests: _Requests | None) -> None:
         self.task: asyncio.Task[None] | None = None
@@ -171,7 +171,7 @@ async def _write(call: Any, data: bytes) -> None:
 class _Details:
     """grpc.HandlerCallDetails for a generic handler's `service()`."""
 
-    __slots__ = ("method", "invocation_metadata")
+    __slots__ = ("invocation_metadata", "method")
 
     def __init__(self, method: str, metadata: tuple[tuple[str, Any], ...]) -> None:
         self.method = method
@@ -232,10 +232,6 @@ class NativeServer:
         for task in list(self._tasks):
             task.cancel()
 
-    async def wait_for_termination(self) -> None:
-        while self._tasks or self._native is not None:
-            await asyncio.sleep(3600)
-
     # -- dispatch -------------------------------------------------------------------------------
 
     def _handler(self, method: str, metadata: tuple[tuple[str, Any], ...]) -> Any:
@@ -255,29 +251,37 @@ class NativeServer:
         loop = self._loop
         assert loop is not None
         for call, kind, payload in self._native.drain():
-            state = call.tag
-            if kind == MESSAGE:
-                if state is None:
-                    self._begin(loop, call, payload)
-                elif state.requests is not None:
-                    state.requests.push(payload)
-            elif state is None:  # no message came before: an empty stream, or a cancelled call
-                if kind == HALF_CLOSE:
-                    self._begin(loop, call, None)
-                elif kind == CANCELLED:
-                    call.finish(_CODE[grpc.StatusCode.CANCELLED], "Cancelled")
-            elif kind == WRITABLE:
-                if state.writable is not None and not state.writable.done():
-                    state.writable.set_result(None)
-            else:
-                if kind == HALF_CLOSE:
-                    if state.requests is not None:
-                        state.requests.close()
-                else:  # CANCELLED
-                    if state.requests is not None:
-                        state.requests.close()
-                    if state.task is not None:
-                        state.task.cancel()
+            try:
+                self._event(loop, call, kind, payload)
+            except Exception:  # our own fault: that call fails, the others go on
+                log.exception("internal error dispatching a gRPC call (%s)", call.method)
+                call.finish(_CODE[grpc.StatusCode.INTERNAL], "internal error")
+
+    def _event(self, loop: asyncio.AbstractEventLoop, call: Any, kind: int, payload: bytes | None) -> None:
+        """One event of a call (handlers/protocol/grpc/native: MESSAGE, HALF_CLOSE, CANCELLED, WRITABLE)."""
+        state = call.tag
+        if kind == MESSAGE:
+            if state is None:
+                self._begin(loop, call, payload)
+            elif state.requests is not None:
+                state.requests.push(payload)
+        elif state is None:  # no message came before: an empty stream, or a cancelled call
+            if kind == HALF_CLOSE:
+                self._begin(loop, call, None)
+            elif kind == CANCELLED:
+                call.finish(_CODE[grpc.StatusCode.CANCELLED], "Cancelled")
+        elif kind == WRITABLE:
+            if state.writable is not None and not state.writable.done():
+                state.writable.set_result(None)
+        else:
+            if kind == HALF_CLOSE:
+                if state.requests is not None:
+                    state.requests.close()
+            else:  # CANCELLED
+                if state.requests is not None:
+                    state.requests.close()
+                if state.task is not None:
+                    state.task.cancel()
 
     def _begin(self, loop: asyncio.AbstractEventLoop, call: Any, payload: bytes | None) -> None:
         """A call's first event: its first message (None: the client sent none)."""
