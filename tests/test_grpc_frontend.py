@@ -293,3 +293,19 @@ def test_images_never_carry_the_module_built_here(tmp_path: Path) -> None:
     shipped = {p.name for p in (tmp_path / "handlers" / "protocol" / "grpc").iterdir()}
     assert "nativeserver.py" in shipped and "server.py" in shipped
     assert not [name for name in shipped if name.startswith("_grpcnative")]
+
+
+def test_images_take_the_native_wheel_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TOOLKIT_GRPC_NATIVE_WHEELS names the wheels a gRPC image may carry (tests/test_build_e2e_grpc.py
+    builds and runs one); unset, images serve with grpcio's server."""
+    from toolkit.build.runtime_deps import GRPC_NATIVE_WHEELS_ENV, grpc_native_requirement
+
+    monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
+    assert grpc_native_requirement("3.12", "x86_64") is None
+    monkeypatch.setenv(GRPC_NATIVE_WHEELS_ENV, str(tmp_path))
+    wheel = tmp_path / "toolkit_grpcnative-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl"
+    wheel.write_bytes(b"")
+    requirement = grpc_native_requirement("3.11", "x86_64")
+    assert requirement is not None and requirement.spec == str(wheel) and requirement.imports == ("toolkit_grpcnative",)
+    with pytest.raises(ValueError, match=r"no toolkit_grpcnative wheel for Python 3.12 on x86_64 \(cp312\)"):
+        grpc_native_requirement("3.12", "x86_64")

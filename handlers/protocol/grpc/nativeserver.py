@@ -32,7 +32,10 @@ from typing import Any
 
 import grpc
 
-from . import _grpcnative  # ImportError when the extension is not built: the caller falls back
+try:  # built in the tree (handlers/protocol/grpc/native/build.py) ...
+    from . import _grpcnative
+except ImportError:  # ... or installed as a wheel (build.py --wheel); neither: the caller falls back
+    from toolkit_grpcnative import _grpcnative
 
 log = logging.getLogger("handlers.protocol.grpc")
 
