@@ -269,7 +269,7 @@ class NativeServer:
             elif state.requests is not None:
                 state.requests.push(payload)
         elif state is None:  # no message came before: an empty stream, or a cancelled call
-            if kind == HALF_CLOSE:
+            if kind == HALF_CLOSE and not call.cancelled():
                 self._begin(loop, call, None)
             elif kind == CANCELLED:
                 call.finish(_CODE[grpc.StatusCode.CANCELLED], "Cancelled")

@@ -224,9 +224,14 @@ void Call::OnReadDone(bool ok) {
 }
 
 void Call::Read() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (done_ || finish_sent_ || read_closed_) return;
-  // no reaction is pending on request_ (the previous read's was delivered), so it is free
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_ || finish_sent_ || finish_wanted_ || read_closed_) return;
+  }
+  // Not under mu_: grpc++ may run OnReadDone inline, which takes it. Nothing can finish the call
+  // meanwhile: Python's finish comes through this same sender thread, and a finish left to
+  // OnWriteDone (finish_wanted_) was refused above. No reaction is pending on request_ (the
+  // previous read's was delivered), so it is free.
   StartRead(&request_);
 }
 
