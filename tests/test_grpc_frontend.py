@@ -309,3 +309,60 @@ def test_images_take_the_native_wheel_only_when_asked(tmp_path: Path, monkeypatc
     assert requirement is not None and requirement.spec == str(wheel) and requirement.imports == ("toolkit_grpcnative",)
     with pytest.raises(ValueError, match=r"no toolkit_grpcnative wheel for Python 3.12 on x86_64 \(cp312\)"):
         grpc_native_requirement("3.12", "x86_64")
+
+
+_CANCEL_STORM = """
+import asyncio, random, sys
+import grpc
+from handlers.protocol.grpc.nativeserver import NativeServer
+
+async def slow(request, context):
+    await asyncio.sleep(random.random() * 0.01)
+    return request
+
+async def echo(requests, context):
+    async for request in requests:
+        yield request
+
+async def main():
+    random.seed(7)
+    server = NativeServer([("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.S", {
+        "U": grpc.unary_unary_rpc_method_handler(slow), "S": grpc.stream_stream_rpc_method_handler(echo)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+
+    async def unary():
+        try:
+            await channel.unary_unary("/t.S/U")(b"x", timeout=random.choice([0.001, 0.003, 0.01, 1]))
+        except grpc.aio.AioRpcError as error:
+            assert error.code() in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED), error
+
+    async def stream():
+        call = channel.stream_stream("/t.S/S")()
+        for i in range(random.randint(0, 5)):
+            await call.write(b"m")
+        call.cancel()
+
+    for _ in range(10):
+        await asyncio.gather(*[unary() for _ in range(60)], *[stream() for _ in range(10)])
+    assert await channel.unary_unary("/t.S/U")(b"ok") == b"ok"
+    await channel.close()
+    await server.stop(5)  # returns once grpc++ has seen every call finished
+    print("STOPPED", len(server._tasks))
+
+asyncio.run(main())
+"""
+
+
+def test_calls_cancelled_at_any_point_all_finish() -> None:
+    """Deadlines of 1-10 ms and cancelled streams hit calls at every stage (before their first
+    message, before their task's first step, while it runs, after it replied): every call is
+    finished, so the server stops (grpc++'s shutdown waits for each one)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", _CANCEL_STORM], cwd=root, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0 and "STOPPED 0" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]

@@ -285,6 +285,9 @@ class NativeServer:
                     state.requests.close()
                 if state.task is not None:
                     state.task.cancel()
+                # finished here too: a task cancelled before its first step never runs its own
+                # handler of the cancellation (a call finishes once; the task's later finish is a no-op)
+                call.finish(_CODE[grpc.StatusCode.CANCELLED], "Cancelled")
 
     def _begin(self, loop: asyncio.AbstractEventLoop, call: Any, payload: bytes | None) -> None:
         """A call's first event: its first message (None: the client sent none)."""
