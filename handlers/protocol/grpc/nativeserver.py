@@ -232,8 +232,10 @@ class NativeServer:
         await self._loop.run_in_executor(None, native.shutdown, grace or 0.0)
         self._drain()
         self._loop.remove_reader(native.fileno())
-        for task in list(self._tasks):
+        tasks = list(self._tasks)  # every call is finished; their handlers may still be unwinding
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # -- dispatch -------------------------------------------------------------------------------
 
