@@ -366,3 +366,20 @@ def test_calls_cancelled_at_any_point_all_finish() -> None:
     done = subprocess.run([sys.executable, "-c", _CANCEL_STORM], cwd=root, capture_output=True, text=True, timeout=60,
                           check=False)
     assert done.returncode == 0 and "STOPPED 0" in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+def test_a_wrong_frontend_is_a_clear_error(tmp_path: Path) -> None:
+    import subprocess
+
+    import model_builders as mb
+    from conftest import write_config
+    from serving import TOOLKIT, free_port
+
+    repository = tmp_path / "models"
+    mb.add_sub(repository / "add_sub" / "1" / "model.onnx")
+    write_config(repository, "add_sub", ADD_SUB)
+    done = subprocess.run([*TOOLKIT, "serve", str(repository), "--port", "0", "--grpc-port", str(free_port()),
+                           "--metrics-port", "0", "--device", "cpu"], capture_output=True, text=True, timeout=120,
+                          check=False, env={**os.environ, grpc_server.FRONTEND_ENV: "tonic"})
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "TOOLKIT_GRPC_FRONTEND='tonic': expected one of native, grpcio" in done.stdout + done.stderr
