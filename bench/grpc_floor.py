@@ -16,6 +16,11 @@ Modes:
 - `aio+handoff`: as `aio`, but each RPC waits for a batcher-like thread (batches of up to 4
   requests, 40 us of busy CPU per batch), settled with `call_soon_threadsafe`, as
   handlers/batching/batcher.py's `infer` does.
+- `native`: the grpc++ front end (handlers/protocol/grpc/native, built by
+  handlers/protocol/grpc/native/build.py) on uvloop: grpc++'s threads receive each RPC as bytes
+  and wake the loop through an eventfd; the loop takes every waiting call in one native call,
+  parses (upb) and answers, the reply returned at once.
+- `native+handoff`: as `native`, each RPC waiting for the batcher-like thread as in `aio+handoff`.
 - `sync-N`: grpcio's thread-pool server with N threads, the reply returned at once.
 - `sync-N+handoff`: as `sync-N`, each handler thread blocking until its batch ran. A server
   whose handlers block needs as many threads as requests in flight for batches to form.
@@ -143,6 +148,57 @@ def _handler(asynchronous: bool, handoff: bool, counter: list[int]):
     return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
 
+def _serve_native(handoff: bool, counter: list[int], port: int, report) -> None:
+    import grpc
+
+    from handlers.protocol.grpc import _grpcnative
+
+    generic = _handler(True, handoff, counter)
+    methods = {}
+
+    class _Details:
+        def __init__(self, method: str) -> None:
+            self.method = method
+            self.invocation_metadata = ()
+
+    async def answer(call, handler, payload: bytes) -> None:
+        call.reply(await handler.unary_unary(payload, None))
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, report)
+        server = _grpcnative.Server(f"127.0.0.1:{port}", 2**31 - 1, 2**31 - 1, False, ())
+
+        def drain() -> None:
+            for call, kind, payload in server.drain():
+                if kind != _grpcnative.MESSAGE:
+                    continue
+                method = call.method
+                handler = methods.get(method)
+                if handler is None:
+                    handler = methods[method] = generic.service(_Details(method))
+                    if handler is None:
+                        call.finish(grpc.StatusCode.UNIMPLEMENTED.value[0], "")
+                        continue
+                if handoff:
+                    loop.create_task(answer(call, handler, payload))
+                    continue
+                coroutine = handler.unary_unary(payload, None)
+                try:
+                    coroutine.send(None)
+                except StopIteration as done:
+                    call.reply(done.value)
+
+        loop.add_reader(server.fileno(), drain)
+        print("READY", flush=True)
+        await asyncio.Event().wait()
+
+    import uvloop
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main())
+
+
 def serve(mode: str, port: int) -> None:
     """Run one mode's server until SIGTERM; then print the requests answered."""
     import grpc
@@ -173,6 +229,9 @@ def serve(mode: str, port: int) -> None:
         else:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(main())
+        return
+    if kind == "native":
+        _serve_native(handoff, counter, port, report)
         return
     threads = int(kind.removeprefix("sync-"))
     server = grpc.server(futures.ThreadPoolExecutor(threads))
@@ -218,7 +277,7 @@ def measure(mode: str, window_ms: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="aio,aio+handoff,sync-4,sync-16,sync-16+handoff")
+    parser.add_argument("--modes", default="aio,aio+handoff,native,native+handoff,sync-16")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--window", type=int, default=2000, help="perf_analyzer's measurement window (ms)")
     parser.add_argument("--quick", action="store_true", help="1 repeat, 1 s windows (a smoke run)")

@@ -15,7 +15,9 @@ throughput and p95 come with them, as medians of interleaved repeats (the varian
 their order rotating), together with the load average.
 
 Variants (default: the set in docs/performance.md, "Per-request overhead"): SERVER is `toolkit`
-(`toolkit serve`, WORKERS processes: `--workers`) or `triton` (scripts/tools/tritonserver, its
+(`toolkit serve`, WORKERS processes: `--workers`; its gRPC front end is the default one, native
+when built), `toolkit-native` or `toolkit-grpcio` (`toolkit serve` with TOOLKIT_GRPC_FRONTEND set
+to that front end), or `triton` (scripts/tools/tritonserver, its
 python backend running ONNX Runtime, as bench/servers.py); INSTANCES the instance_group count;
 BATCHING 1 for `dynamic_batching { }`, 0 for none. The load is perf_analyzer 2.51: `-b 2` at
 concurrency 16 (`--concurrency`). Over gRPC, perf_analyzer's concurrent clients share a channel
@@ -143,10 +145,13 @@ class Variant:
             command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(self.http_port),
                        "--grpc-port", str(self.grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level",
                        "warning", "--workers", str(self.workers)]
+        env = dict(os.environ)
+        if self.server.startswith("toolkit-"):
+            env["TOOLKIT_GRPC_FRONTEND"] = self.server.removeprefix("toolkit-")
         log = logs / f"{self.name.replace(' ', '_').replace('/', '_')}.log"
         with open(log, "w") as handle:
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+                                            start_new_session=True, env=env)
         deadline = time.monotonic() + 900
         while not all(self._get("/v2/health/ready")[0] == 200 for _ in range(8)):  # every worker answers
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -218,7 +223,7 @@ class Variant:
         level = levels[-1]
         return {
             "cpu_us_per_request": cpu / TICKS / served * 1e6,
-            "event_loop_us_per_request": loops / TICKS / served * 1e6 if self.server == "toolkit" else None,
+            "event_loop_us_per_request": loops / TICKS / served * 1e6 if self.server != "triton" else None,
             "client_us_per_request": client[0] / TICKS / served * 1e6,
             "server_cores": cpu / TICKS / elapsed,
             "infer_per_s": level.throughput,
@@ -249,7 +254,7 @@ def summary(variant: Variant) -> dict:
 def versus_triton(summary: dict, summaries: list[dict]) -> str:
     """A toolkit variant's median throughput over the Triton variant's with the same instances and
     batching (the issue's target: >= 0.8x on the tiny model at c16)."""
-    if summary["server"] != "toolkit":
+    if not summary["server"].startswith("toolkit"):
         return ""
     for other in summaries:
         same = (other["instances"], other["batching"]) == (summary["instances"], summary["batching"])

@@ -5,6 +5,7 @@ user, and drains on SIGTERM. Skips without the engine unless TOOLKIT_REQUIRE_DOC
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import signal
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from serving import free_port
-from test_build_e2e import docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
+from test_build_e2e import BASE_IMAGE, ROOT, docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
 from tools import perf_analyzer
 
 from toolkit.build.pipeline import wait_grpc_serving
@@ -47,11 +48,13 @@ def test_grpc_image_carries_grpc_but_not_the_build_side(engine: dict[str, str], 
     assert found.strip() == "['google.protobuf', 'grpc', 'grpc_health']"
 
 
-def test_grpc_image_serves_tritonclient_grpc_and_drains(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
+def _serves_and_drains(engine: dict[str, str], image: str) -> str:  # noqa: F811
+    """Run the image (read-only, host network), drive it with tritonclient.grpc (unary and a
+    stream), stop it: it drains and exits 0. Returns its log."""
     port = free_port()
     container = docker(
         engine, "run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp", "-e", f"PORT={port}",
-        "-e", "TOOLKIT_HOST=127.0.0.1", grpc_image["image"],
+        "-e", "TOOLKIT_HOST=127.0.0.1", image,
     ).stdout.strip()
     try:
         running = lambda: docker(engine, "inspect", "--format", "{{.State.Running}}", container, check=False).stdout.strip() == "true"  # noqa: E731
@@ -74,9 +77,35 @@ def test_grpc_image_serves_tritonclient_grpc_and_drains(engine: dict[str, str], 
         client.close()
         docker(engine, "stop", "--time", "30", container)
         state = json.loads(docker(engine, "inspect", "--format", "{{json .State}}", container).stdout)
-        assert state["ExitCode"] == 0, docker(engine, "logs", container).stderr
+        logs = docker(engine, "logs", container)
+        assert state["ExitCode"] == 0, logs.stderr
+        return logs.stdout + logs.stderr
     finally:
         docker(engine, "rm", "-f", container, check=False)
+
+
+def test_grpc_image_serves_tritonclient_grpc_and_drains(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
+    assert "gRPC front end: grpcio" in _serves_and_drains(engine, grpc_image["image"])
+
+
+def test_grpc_image_with_the_native_front_end(engine: dict[str, str], tmp_path) -> None:  # noqa: F811
+    """TOOLKIT_GRPC_NATIVE_WHEELS: the gRPC image carries the grpc++ front end's self-contained
+    wheel (handlers/protocol/grpc/native/build.py --wheel, built here for this Python, which is
+    the base image's) and serves with it, offline build and read-only image as ever."""
+    base_python = docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", BASE_IMAGE, "-c",
+                         "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+    here = "%d.%d" % sys.version_info[:2]
+    if base_python != here:
+        pytest.skip(f"the base image's Python is {base_python}, this one {here}: the wheel is built for this one")
+    wheels = tmp_path / "wheels"
+    built = subprocess.run([sys.executable, str(ROOT / "handlers/protocol/grpc/native/build.py"), "--wheel", str(wheels)],
+                           capture_output=True, text=True, check=False, timeout=900)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    report = toolkit_build({**engine, "TOOLKIT_GRPC_NATIVE_WHEELS": str(wheels)}, tmp_path / "ctx", "--target",
+                           "cloudrun", "--protocol", "grpc")
+    assert any(name.startswith("toolkit_grpcnative-") for name in os.listdir(tmp_path / "ctx" / "wheelhouse")), report
+    assert "gRPC front end: native" in _serves_and_drains(engine, report["image"])
+    docker(engine, "rmi", report["image"], check=False)
 
 
 def _banner(process) -> str:

@@ -199,10 +199,10 @@ class _Runner:
         if self.grpc_port:
             from ..protocol.grpc.server import GrpcServer
 
-            self.grpc = GrpcServer(self.repository, self.host, self.grpc_port, reuse_port=self.reuse_port)
             try:
+                self.grpc = GrpcServer(self.repository, self.host, self.grpc_port, reuse_port=self.reuse_port)
                 bound = await self.grpc.start()
-            except OSError as exc:
+            except (OSError, ValueError) as exc:  # ValueError: TOOLKIT_GRPC_FRONTEND is wrong
                 log.error("%s", exc)
                 for sock in sockets.values():
                     sock.close()

@@ -214,7 +214,9 @@ def copy_models(compiled: CompiledRepository, repository: Path) -> dict[str, int
 
 
 def copy_runtime(destination: Path) -> None:
-    """Copy the `handlers` package (sources only) after checking what it imports."""
+    """Copy the `handlers` package (sources only) after checking what it imports. A native gRPC
+    front end built in the tree (handlers/protocol/grpc/_grpcnative*.so, linked against this
+    machine's grpc++) stays out: the image serves gRPC with grpcio's server."""
     import handlers
 
     package = Path(handlers.__file__).resolve().parent
@@ -227,7 +229,7 @@ def copy_runtime(destination: Path) -> None:
     shutil.copytree(
         package,
         destination / RUNTIME_PACKAGE,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*"),
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "_grpcnative*"),
         copy_function=shutil.copyfile,
     )
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -49,6 +49,7 @@ from .runtime_deps import (
     DEFAULT_CUDA_MAJOR,
     PROTOCOLS,
     check_wheels_exist,
+    grpc_native_requirement,
     runtime_backends,
     runtime_requirements,
 )
@@ -346,6 +347,13 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         backends=backends,
         protocol=options.protocol,
     )
+    if options.protocol == "grpc":
+        try:
+            native = grpc_native_requirement(base.python, base.arch)
+        except ValueError as exc:
+            raise BuildError(str(exc)) from None
+        if native is not None:  # the grpc++ front end instead of grpcio's server (docs/grpc.md)
+            runtime = replace(runtime, resolved=(*runtime.resolved, native))
     layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT
     name = options.name or default_image_name(compiled.root)
     output = options.output or Path("build") / f"{name.replace('/', '-')}-{target.name}"

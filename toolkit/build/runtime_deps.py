@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,29 @@ GRPC: tuple[RuntimeRequirement, ...] = (
     RuntimeRequirement("grpcio-health-checking>=1.81.1,<1.82", ("grpc_health",)),
     RuntimeRequirement("protobuf>=6.33.5,<7", ("google.protobuf",)),
 )
+# The native gRPC front end as a wheel (handlers/protocol/grpc/native/build.py --wheel), which
+# handlers.protocol.grpc.nativeserver imports when its in-tree module is absent. Not on PyPI: a
+# gRPC image carries it only when TOOLKIT_GRPC_NATIVE_WHEELS names a directory of such wheels
+# (grpc_native_requirement); otherwise it serves gRPC with grpcio's server.
+GRPC_NATIVE = RuntimeRequirement("toolkit-grpcnative", ("toolkit_grpcnative",))
+GRPC_NATIVE_WHEELS_ENV = "TOOLKIT_GRPC_NATIVE_WHEELS"
+
+
+def grpc_native_requirement(python: str, arch: str) -> RuntimeRequirement | None:
+    """The native gRPC front end's wheel for an image's Python (`3.12`) and arch, from the
+    directory TOOLKIT_GRPC_NATIVE_WHEELS names; None when it is unset. ValueError when the
+    directory holds no wheel for that Python and arch."""
+    folder = os.environ.get(GRPC_NATIVE_WHEELS_ENV, "").strip()
+    if not folder:
+        return None
+    tag = "cp" + python.replace(".", "")
+    found = sorted(Path(folder).glob(f"toolkit_grpcnative-*-{tag}-{tag}-*{arch}.whl"))
+    if not found:
+        raise ValueError(
+            f"{GRPC_NATIVE_WHEELS_ENV}={folder} holds no toolkit_grpcnative wheel for Python {python} on {arch} "
+            f"({tag}): build one with that Python: python handlers/protocol/grpc/native/build.py --wheel {folder}"
+        )
+    return RuntimeRequirement(str(found[-1].resolve()), GRPC_NATIVE.imports)
 PROTOCOLS = ("http", "grpc")
 
 # AWS Lambda (handlers.entrypoints.aws_lambda). awslambdaric is the Lambda runtime interface
@@ -418,7 +442,7 @@ def runtime_requirements(
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *GRPC, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    every = [*CORE, *SERVER, *GRPC, GRPC_NATIVE, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
     for backend in BACKEND_RUNTIME:
         for cuda in (None, *CUDA_LINES.values()):
             every.extend(backend_requirements(backend, cuda))

@@ -1,18 +1,25 @@
-"""The gRPC listener: grpcio's asyncio server with `inference.GRPCInferenceService` and the
-standard `grpc.health.v1.Health` service (what Cloud Run and Kubernetes gRPC probes call).
+"""The gRPC listener: `inference.GRPCInferenceService` and the standard `grpc.health.v1.Health`
+service (what Cloud Run and Kubernetes gRPC probes call) on one port.
+
+Front ends (`frontend()`): the native one (grpc++ on its own threads, handlers/protocol/grpc/
+nativeserver.py) when its extension is built, else grpcio's asyncio server; both run the same
+service objects. TOOLKIT_GRPC_FRONTEND=native|grpcio chooses (native without the extension is an
+error).
 
 Health: the overall service ("") and `inference.GRPCInferenceService` are NOT_SERVING while
 models load, SERVING once every model is ready (ServerReady), NOT_SERVING again when the server
 drains; a probe's liveness and readiness/startup checks read them (docs/grpc.md).
 
 Message size limits: a request over TOOLKIT_MAX_REQUEST_BYTES (handlers/limits.py) is refused by
-grpcio before it is read whole (RESOURCE_EXHAUSTED); responses may be as large as gRPC allows.
+the front end before it is read whole (RESOURCE_EXHAUSTED); responses may be as large as gRPC allows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,6 +32,30 @@ log = logging.getLogger("handlers.protocol.grpc")
 
 MAX_MESSAGE_BYTES = 2**31 - 1  # gRPC's own ceiling (what tritonserver configures)
 _READINESS_POLL_S = 0.05
+FRONTEND_ENV = "TOOLKIT_GRPC_FRONTEND"
+FRONTENDS = ("native", "grpcio")
+
+
+def native_available() -> bool:
+    """Whether the native front end's extension (handlers/protocol/grpc/native) is built."""
+    try:
+        from . import nativeserver  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def frontend() -> str:
+    """The front end to serve with: TOOLKIT_GRPC_FRONTEND, else native when it is built."""
+    chosen = os.environ.get(FRONTEND_ENV, "").strip().lower()
+    if chosen and chosen not in FRONTENDS:
+        raise ValueError(f"{FRONTEND_ENV}={chosen!r}: expected one of {', '.join(FRONTENDS)}")
+    if chosen == "native" and not native_available():
+        raise ValueError(f"{FRONTEND_ENV}=native but the native gRPC front end is not built "
+                         "(handlers/protocol/grpc/native/build.py)")
+    if chosen:
+        return chosen
+    return "native" if native_available() else "grpcio"
 
 
 class GrpcServer:
@@ -36,13 +67,19 @@ class GrpcServer:
         self.address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self.service = InferenceService(repository)
         self.health = health.aio.HealthServicer()
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", limits.LIMITS.max_request_bytes),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.so_reuseport", 1 if reuse_port else 0),
-            ]
-        )
+        options = [
+            ("grpc.max_receive_message_length", limits.LIMITS.max_request_bytes),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
+        ]
+        self.frontend = frontend()
+        self.server: Any
+        if self.frontend == "native":
+            from .nativeserver import NativeServer
+
+            self.server = NativeServer(options)
+        else:
+            self.server = grpc.aio.server(options=options)
         self.server.add_generic_rpc_handlers((self.service.handler(),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self.port = 0
@@ -56,6 +93,7 @@ class GrpcServer:
         if self.port == 0:
             raise OSError(f"cannot listen for gRPC on {self.address}: the address is in use or unavailable")
         await self.server.start()
+        log.info("gRPC front end: %s", self.frontend)
         for service in ("", SERVICE_NAME):
             await self.health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
         self._watch = asyncio.ensure_future(self._follow_readiness())
