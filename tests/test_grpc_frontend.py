@@ -4,7 +4,7 @@ exceptions, streams, cancellation, message limits, shutdown), and how `toolkit s
 front end (TOOLKIT_GRPC_FRONTEND).
 
 The whole gRPC suite (tests/test_grpc_*.py, decoupled, workers, fuzz) runs against the default
-front end, native when built; .ci/run runs it again with TOOLKIT_GRPC_FRONTEND=grpcio. Without
+front end, native when built; tests/test_grpc_fallback.py runs it again on grpcio's server. Without
 the extension these tests skip locally (build it: handlers/protocol/grpc/native/build.py) and
 fail in CI (TOOLKIT_REQUIRE_TOOLS=1).
 """
