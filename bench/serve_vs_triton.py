@@ -361,6 +361,16 @@ def profile_model(model: str, key: str, args: argparse.Namespace, work: Path) ->
             + server_profile.markdown(summary, seconds))
 
 
+
+def _grpc_front_end() -> str:
+    """The gRPC front end toolkit serve runs here (handlers/protocol/grpc/server.py chooses it)."""
+    from handlers.protocol.grpc import server as grpc_server
+
+    if grpc_server.frontend() == "native":
+        return "native gRPC front end (grpc++ callback generic service) feeding the asyncio loop on uvloop"
+    return "grpcio asyncio server on uvloop"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -421,7 +431,7 @@ def main() -> None:
                 "CPU budget": f"{cpus()} CPU(s) for the runtime's thread budget (handlers/cpu_budget.py)",
                 "load before start": f"{load:.2f} (1-minute load average; the run waits for < {args.max_load})",
                 "toolkit": f"commit {_git_commit()}, Python {platform.python_version()}, onnxruntime "
-                           f"{args.ort_version}, " + ("grpcio asyncio server on uvloop" if args.protocol == "grpc" else "uvicorn + httptools + uvloop")
+                           f"{args.ort_version}, " + (_grpc_front_end() if args.protocol == "grpc" else "uvicorn + httptools + uvloop")
                            + f", --workers {args.toolkit_workers}",
                 "Triton": f"tritonserver 2.51.0 via scripts/tools/tritonserver serve: python backend + ONNX Runtime "
                           f"{args.ort_version}, CPU, intra_op_thread_count={args.ort_threads} (text_recognition_full: "
