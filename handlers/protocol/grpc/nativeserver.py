@@ -107,6 +107,14 @@ class _Context:
             raise NotImplementedError("initial metadata is not supported by the native gRPC front end")
 
 
+def _answer(call: Any, context: _Context, serialize: Any, response: Any) -> None:
+    """A unary answer: the status the handler set on its context, else its response."""
+    if context.code is not None and context.code != grpc.StatusCode.OK:
+        call.finish(_CODE[context.code], context.details)
+    else:
+        call.reply(serialize(response) if serialize else response)
+
+
 class _Requests:
     """A streaming call's request messages as an async iterator (one read ahead)."""
 
@@ -323,11 +331,7 @@ class NativeServer:
             deserialize = handler.request_deserializer
             request = deserialize(payload) if deserialize else payload
             if handler.unary_unary is not None:
-                response = await handler.unary_unary(request, context)
-                if context.code is not None and context.code != grpc.StatusCode.OK:
-                    call.finish(_CODE[context.code], context.details)
-                else:
-                    call.reply(serialize(response) if serialize else response)
+                _answer(call, context, serialize, await handler.unary_unary(request, context))
                 return
             await self._responses(call, handler.unary_stream(request, context), context)
         except BaseException as exc:  # noqa: BLE001 (every ending answers the call)
@@ -339,12 +343,7 @@ class NativeServer:
         context = _Context(call, handler.response_serializer)
         try:
             if handler.stream_unary is not None:
-                response = await handler.stream_unary(requests, context)
-                serialize = handler.response_serializer
-                if context.code is not None and context.code != grpc.StatusCode.OK:
-                    call.finish(_CODE[context.code], context.details)
-                else:
-                    call.reply(serialize(response) if serialize else response)
+                _answer(call, context, handler.response_serializer, await handler.stream_unary(requests, context))
                 return
             await self._responses(call, handler.stream_stream(requests, context), context)
         except BaseException as exc:  # noqa: BLE001
