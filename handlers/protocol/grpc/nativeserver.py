@@ -52,7 +52,9 @@ class _Abort(Exception):
 
 
 class _Context:
-    """What a handler sees of its call (grpc.aio.ServicerContext's subset)."""
+    """What a handler sees of its call: the part of grpc.aio.ServicerContext that the services
+    served here use (no `read()`: streaming handlers iterate their requests; no metadata of the
+    handler's own: none of the services sets any)."""
 
     __slots__ = ("_call", "_serialize", "code", "details")
 
@@ -80,9 +82,6 @@ class _Context:
     async def write(self, message: Any) -> None:
         await _write(self._call, self._serialize(message) if self._serialize else message)
 
-    async def read(self) -> Any:
-        raise NotImplementedError("read() is not supported: iterate the request iterator instead")
-
     def invocation_metadata(self) -> tuple[tuple[str, Any], ...]:
         return self._call.metadata()
 
@@ -97,14 +96,6 @@ class _Context:
 
     def done(self) -> bool:
         return self._call.cancelled()
-
-    def set_trailing_metadata(self, trailing_metadata: Sequence[Any]) -> None:
-        if trailing_metadata:
-            raise NotImplementedError("trailing metadata is not supported by the native gRPC front end")
-
-    async def send_initial_metadata(self, initial_metadata: Sequence[Any]) -> None:
-        if initial_metadata:
-            raise NotImplementedError("initial metadata is not supported by the native gRPC front end")
 
 
 def _answer(call: Any, context: _Context, serialize: Any, response: Any) -> None:
