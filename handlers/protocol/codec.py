@@ -533,6 +533,15 @@ def _decode_outputs(outputs: Any) -> list[RequestedOutput] | None:
 # --- response encoding ----------------------------------------------------------------------------
 
 
+def unsendable_output(model: str, name: str, array: np.ndarray, datatype: str,
+                      exc: Exception) -> InferenceError:
+    """The error when a model returned an output its config does not declare (a Python model's
+    bug): its data cannot be sent as the configured datatype. One message for every encoder."""
+    return internal(
+        f"output '{name}' of model '{model}' holds {array.dtype} data that cannot be sent as its configured "
+        f"datatype {datatype}: {exc}"
+    )
+
 def encode_response(
     response: InferResponse,
     request: InferRequest,
@@ -571,11 +580,7 @@ def encode_response(
             data = None if binary else json_data(array, datatype)
             raw = output_bytes(array, datatype) if data is None else None
         except (ValueError, TypeError, OverflowError) as exc:
-            # the model returned something its config does not declare (a Python model's bug)
-            raise internal(
-                f"output '{name}' of model '{response.model_name}' holds {array.dtype} data that cannot be "
-                f"sent as its configured datatype {datatype}: {exc}"
-            ) from None
+            raise unsendable_output(response.model_name, name, array, datatype, exc) from None
         if data is None:  # binary requested, or BYTES that are not UTF-8 (JSON cannot carry them)
             size = len(raw) if isinstance(raw, bytes) else raw.nbytes
             entry["parameters"] = {"binary_data_size": size}

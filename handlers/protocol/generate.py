@@ -49,7 +49,15 @@ from ..inference import InferRequest, InferResponse
 from ..model_repository import ModelRepository
 from ..streaming import ResponseStream, StreamEvent
 from .binary import BytesContext
-from .codec import encode_error, json_data, json_tensor, log_prefix, parse_json, tensor_datatype
+from .codec import (
+    encode_error,
+    json_data,
+    json_tensor,
+    log_prefix,
+    parse_json,
+    tensor_datatype,
+    unsendable_output,
+)
 from .validation import validate_request
 
 log = logging.getLogger("handlers.protocol.generate")
@@ -175,10 +183,7 @@ def encode_generate(response: InferResponse, config: Mapping[str, Any], request_
         try:
             data = json_data(array, datatype)
         except (ValueError, TypeError, OverflowError) as exc:
-            raise internal(
-                f"output '{name}' of model '{response.model_name}' holds {array.dtype} data that cannot be sent as "
-                f"its configured datatype {datatype}: {exc}"
-            ) from None
+            raise unsendable_output(response.model_name, name, array, datatype, exc) from None
         if data is None:
             raise internal(
                 f"output '{name}' of model '{response.model_name}' holds bytes that are not UTF-8, which a JSON "

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...datatypes import PROTOCOL_DATATYPES, from_config_type, numpy_dtype
-from ...errors import internal, invalid_argument, not_found
+from ...errors import invalid_argument, not_found
 from ...inference import InferRequest, InferResponse, RequestedOutput
 from ..binary import BytesContext, deserialize_bytes, string_count_error
 from ..codec import (
@@ -39,6 +39,7 @@ from ..codec import (
     log_prefix,
     output_bytes,
     tensor_datatype,
+    unsendable_output,
 )
 
 __all__ = [
@@ -343,10 +344,7 @@ def encode_infer_response(
         try:
             raw = output_bytes(array, datatype)
         except (ValueError, TypeError, OverflowError) as exc:
-            raise internal(
-                f"output '{name}' of model '{response.model_name}' holds {array.dtype} data that cannot be "
-                f"sent as its configured datatype {datatype}: {exc}"
-            ) from None
+            raise unsendable_output(response.model_name, name, array, datatype, exc) from None
         output = message.outputs.add()
         output.name = name
         output.datatype = datatype
