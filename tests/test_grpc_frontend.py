@@ -129,6 +129,11 @@ def test_unary_abort_exception_unknown_method_and_metadata() -> None:
         with pytest.raises(grpc.aio.AioRpcError) as error:
             await channel.unary_unary(f"/{SERVICE}/Missing")(b"x")
         assert (error.value.code(), error.value.details()) == (grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        for i in range(50):  # names a client makes up are answered, never remembered
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await channel.unary_unary(f"/{SERVICE}/Made{i}")(b"x")
+            assert error.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert set(server._methods) == {f"/{SERVICE}/Unary"}
         assert await unary(b"metadata", metadata=[("x-key", "v")], timeout=30) == b"('v', True, True)"
         assert await unary(b"metadata") == b"(None, True, False)"
         results = await asyncio.gather(*(unary(str(i).encode()) for i in range(200)))

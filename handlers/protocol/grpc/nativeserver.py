@@ -189,7 +189,7 @@ class NativeServer:
         self._max_send = int(settings.get("grpc.max_send_message_length", 2**31 - 1))
         self._reuse_port = bool(settings.get("grpc.so_reuseport", 1))
         self._generic: list[grpc.GenericRpcHandler] = []
-        self._methods: dict[str, Any] = {}  # full method name -> RpcMethodHandler (or _NOT_FOUND)
+        self._methods: dict[str, Any] = {}  # full method name -> RpcMethodHandler, for served methods
         self._native: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -241,14 +241,13 @@ class NativeServer:
     def _handler(self, method: str, metadata: tuple[tuple[str, Any], ...]) -> Any:
         handler = self._methods.get(method)
         if handler is None:
-            handler = _NOT_FOUND
             details = _Details(method, metadata)
             for generic in self._generic:
-                found = generic.service(details)
-                if found is not None:
-                    handler = found
-                    break
-            self._methods[method] = handler
+                handler = generic.service(details)
+                if handler is not None:
+                    self._methods[method] = handler  # served methods only: clients choose the names
+                    return handler
+            return _NOT_FOUND
         return handler
 
     def _drain(self) -> None:
