@@ -291,13 +291,15 @@ def test_toolkit_serve_uses_the_chosen_frontend(tmp_path: Path, chosen: str) -> 
 
 
 def test_images_never_carry_the_module_built_here(tmp_path: Path) -> None:
-    """The module built in the tree links this machine's grpc++: `toolkit build` leaves it out."""
+    """The module built in the tree links this machine's grpc++: `toolkit build` leaves it out,
+    and its C++ source and build script (build-time code) with it."""
     from toolkit.build.context import copy_runtime
 
     copy_runtime(tmp_path)
     shipped = {p.name for p in (tmp_path / "handlers" / "protocol" / "grpc").iterdir()}
     assert "nativeserver.py" in shipped and "server.py" in shipped
     assert not [name for name in shipped if name.startswith("_grpcnative")]
+    assert "native" not in shipped
 
 
 def test_images_take_the_native_wheel_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -216,7 +216,8 @@ def copy_models(compiled: CompiledRepository, repository: Path) -> dict[str, int
 def copy_runtime(destination: Path) -> None:
     """Copy the `handlers` package (sources only) after checking what it imports. A native gRPC
     front end built in the tree (handlers/protocol/grpc/_grpcnative*.so, linked against this
-    machine's grpc++) stays out: the image serves gRPC with grpcio's server."""
+    machine's grpc++) stays out, with its C++ source and build script (handlers/protocol/grpc/native,
+    build-time code): the image serves gRPC with grpcio's server, or with the front end's wheel."""
     import handlers
 
     package = Path(handlers.__file__).resolve().parent
@@ -229,7 +230,7 @@ def copy_runtime(destination: Path) -> None:
     shutil.copytree(
         package,
         destination / RUNTIME_PACKAGE,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "_grpcnative*"),
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "_grpcnative*", "native"),
         copy_function=shutil.copyfile,
     )
 
