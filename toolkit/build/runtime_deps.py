@@ -134,6 +134,8 @@ def grpc_native_requirement(python: str, arch: str) -> RuntimeRequirement | None
             f"({tag}): build one with that Python: python handlers/protocol/grpc/native/build.py --wheel {folder}"
         )
     return RuntimeRequirement(str(found[-1].resolve()), GRPC_NATIVE.imports)
+
+
 PROTOCOLS = ("http", "grpc")
 
 # AWS Lambda (handlers.entrypoints.aws_lambda). awslambdaric is the Lambda runtime interface
