@@ -154,8 +154,8 @@ def test_the_users_wheels_win_and_must_fit(tmp_path, monkeypatch):
 def test_build_options_and_the_report(tmp_path):
     with pytest.raises(BuildOptionError, match="unknown gRPC front end 'grpc'"):
         _check_options(BuildOptions(repository="r", target="cloudrun", protocol="grpc", grpc_frontend="grpc"))
-    with pytest.raises(BuildOptionError, match="--grpc-frontend native applies to gRPC images only"):
-        _check_options(BuildOptions(repository="r", target="cloudrun", grpc_frontend="native"))
+    with pytest.raises(BuildOptionError, match="--grpc-frontend native applies to --protocol grpc images .* this lambda image serves HTTP"):
+        _check_options(BuildOptions(repository="r", target="lambda", grpc_frontend="native"))
     _check_options(BuildOptions(repository="r", target="cloudrun", protocol="grpc", grpc_frontend="grpcio"))
     native = {"frontend": "native", "source": "built", "wheel": "w.whl", "wheel_bytes": 6_500_000,
               "installed_bytes": 21_000_000, "wheel_build_seconds": 90.0}

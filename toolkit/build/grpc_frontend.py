@@ -257,8 +257,7 @@ def _native(base: BaseImage, cache_dir: Path, refresh: bool, progress: Progress 
         check_glibc(wheel, base)
         return GrpcFrontend("native", "cache", wheel=wheel)
     if progress:
-        progress(f"building the native gRPC front end's wheel for Python {python} on {arch} (build.py --wheel; "
-                 f"cached in {folder})")
+        progress(f"building the native gRPC front end's wheel (Python {python}, {arch}; cached for later builds)")
     wheel, seconds = _build(folder, progress)
     check_glibc(wheel, base)
     return GrpcFrontend("native", "built", wheel=wheel, wheel_build_seconds=round(seconds, 1))

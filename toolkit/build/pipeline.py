@@ -137,8 +137,8 @@ def _check_options(options: BuildOptions) -> Target:
         raise BuildOptionError(f"unknown gRPC front end '{options.grpc_frontend}': choose {', '.join(GRPC_FRONTENDS)}")
     if options.grpc_frontend != "auto" and options.protocol != "grpc":
         raise BuildOptionError(
-            f"--grpc-frontend {options.grpc_frontend} applies to gRPC images only: build with --protocol grpc "
-            "(an HTTP image has no gRPC front end)"
+            f"--grpc-frontend {options.grpc_frontend} applies to --protocol grpc images (Cloud Run, Knative) only: "
+            f"this {target.name} image serves HTTP and has no gRPC front end"
         )
     if options.cuda not in CUDA_LINES:
         raise BuildOptionError(f"unsupported CUDA major {options.cuda}: choose {' or '.join(map(str, CUDA_LINES))}")
