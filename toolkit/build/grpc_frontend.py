@@ -82,8 +82,8 @@ class GrpcFrontend:
         return None if self.wheel is None else RuntimeRequirement(str(self.wheel), GRPC_NATIVE.imports)
 
     def as_dict(self) -> dict[str, Any]:
-        """build-report.json's `grpc_frontend`: the size is what the wheel adds to the image
-        (its files installed; the wheel file itself is what the context and the layer hold)."""
+        """build-report.json's `grpc_frontend`. `installed_bytes` is what the image grows by: the
+        wheel's files once installed (the wheel itself stays in the build's install stage)."""
         entry: dict[str, Any] = {"frontend": self.frontend, "source": self.source}
         if self.wheel is not None:
             entry.update(
