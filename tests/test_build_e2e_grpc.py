@@ -1,6 +1,8 @@
 """End to end with a real container engine: a Cloud Run image built with `--protocol grpc`
 answers tritonclient.grpc and the gRPC health probe on $PORT (h2c), read-only, as its non-root
-user, and drains on SIGTERM. Skips without the engine unless TOOLKIT_REQUIRE_DOCKER=1 (CI)."""
+user, and drains on SIGTERM; by default it serves with the native grpc++ front end (its wheel
+built on demand with this Python and cached), with `--grpc-frontend grpcio` or where the wheel
+cannot be built with grpcio's server. Skips without the engine unless TOOLKIT_REQUIRE_DOCKER=1 (CI)."""
 
 from __future__ import annotations
 
@@ -8,28 +10,52 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from serving import free_port
-from test_build_e2e import BASE_IMAGE, ROOT, docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
+from test_build_e2e import BASE_IMAGE, QUICKSTART, docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
 from tools import perf_analyzer
 
+from toolkit.build.grpc_frontend import CACHE_FOLDER
 from toolkit.build.pipeline import wait_grpc_serving
+from toolkit.build.wheelhouse import default_cache_dir
 
 pytestmark = pytest.mark.docker
 
 
 @pytest.fixture(scope="module")
+def base_python(engine: dict[str, str]) -> str:  # noqa: F811
+    return docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", BASE_IMAGE, "-c",
+                  "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+
+
+@pytest.fixture(scope="module")
 def grpc_image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+    """The default gRPC image (no option, no environment): the native front end's wheel is
+    built with this Python (or reused from the wheel cache) when it is the base image's."""
     output = tmp_path_factory.mktemp("cloudrun-grpc") / "ctx"
     report = toolkit_build(engine, output, "--target", "cloudrun", "--protocol", "grpc", "--measure-cold-start")
     report["context_dir"] = output
     return report
+
+
+@pytest.fixture(scope="module")
+def grpcio_image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+    output = tmp_path_factory.mktemp("cloudrun-grpcio") / "ctx"
+    report = toolkit_build(engine, output, "--target", "cloudrun", "--protocol", "grpc", "--grpc-frontend", "grpcio")
+    report["context_dir"] = output
+    return report
+
+
+def _native_wheels(context: Path) -> list[str]:
+    return sorted(name for name in os.listdir(context / "wheelhouse") if name.startswith("toolkit_grpcnative-"))
 
 
 def test_grpc_image_carries_grpc_but_not_the_build_side(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
@@ -84,28 +110,94 @@ def _serves_and_drains(engine: dict[str, str], image: str) -> str:  # noqa: F811
         docker(engine, "rm", "-f", container, check=False)
 
 
-def test_grpc_image_serves_tritonclient_grpc_and_drains(engine: dict[str, str], grpc_image: dict) -> None:  # noqa: F811
-    assert "gRPC front end: grpcio" in _serves_and_drains(engine, grpc_image["image"])
-
-
-def test_grpc_image_with_the_native_front_end(engine: dict[str, str], tmp_path) -> None:  # noqa: F811
-    """TOOLKIT_GRPC_NATIVE_WHEELS: the gRPC image carries the grpc++ front end's self-contained
-    wheel (handlers/protocol/grpc/native/build.py --wheel, built here for this Python, which is
-    the base image's) and serves with it, offline build and read-only image as ever."""
-    base_python = docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", BASE_IMAGE, "-c",
-                         "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+def test_the_default_grpc_image_serves_with_the_native_front_end(
+    engine: dict[str, str], grpc_image: dict, base_python: str  # noqa: F811
+) -> None:
+    """No option, no TOOLKIT_GRPC_NATIVE_WHEELS: the image carries the grpc++ front end's
+    self-contained wheel (build.py --wheel with this Python) and serves with it, offline build and
+    read-only image as ever; the report says what it adds. Where this Python is not the base
+    image's, the image falls back to grpcio's server and the report says why."""
+    frontend = grpc_image["grpc_frontend"]
     here = "%d.%d" % sys.version_info[:2]
     if base_python != here:
-        pytest.skip(f"the base image's Python is {base_python}, this one {here}: the wheel is built for this one")
+        assert frontend["frontend"] == "grpcio" and f"the image's Python is {base_python}" in frontend["reason"]
+        assert "gRPC front end: grpcio" in _serves_and_drains(engine, grpc_image["image"])
+        return
+    assert frontend["frontend"] == "native" and frontend["source"] in ("built", "cache"), frontend
+    assert _native_wheels(grpc_image["context_dir"]) == [frontend["wheel"]]
+    assert frontend["wheel"].startswith(f"toolkit_grpcnative-0.1.0-cp{here.replace('.', '')}-")
+    assert frontend["installed_bytes"] > frontend["wheel_bytes"] > 1_000_000
+    assert "gRPC front end: native (grpc++" in grpc_image["output"]
+    assert "gRPC front end: native" in _serves_and_drains(engine, grpc_image["image"])
+
+
+def test_a_second_grpc_build_reuses_the_cached_wheel(engine: dict[str, str], grpc_image: dict, tmp_path) -> None:  # noqa: F811
+    if grpc_image["grpc_frontend"]["frontend"] != "native":
+        pytest.skip("the base image's Python is not this one: no wheel to reuse (the test above checks the fallback)")
+    report = toolkit_build(engine, tmp_path / "ctx", "--target", "cloudrun", "--protocol", "grpc")
+    frontend = report["grpc_frontend"]
+    assert frontend["source"] == "cache" and frontend["wheel"] == grpc_image["grpc_frontend"]["wheel"], frontend
+    assert "reused from the wheel cache" in report["output"] and "building the native gRPC" not in report["output"]
+    assert report["image"] == grpc_image["image"]  # the same context, so the same image
+
+
+def test_grpcio_frontend_option_gives_a_grpcio_image(engine: dict[str, str], grpcio_image: dict) -> None:  # noqa: F811
+    assert grpcio_image["grpc_frontend"] == {"frontend": "grpcio", "source": "--grpc-frontend grpcio",
+                                             "reason": "--grpc-frontend grpcio"}
+    assert _native_wheels(grpcio_image["context_dir"]) == []
+    assert "gRPC front end: grpcio" in _serves_and_drains(engine, grpcio_image["image"])
+
+
+def test_without_a_compiler_the_image_falls_back_to_grpcio(
+    engine: dict[str, str], grpcio_image: dict, tmp_path  # noqa: F811
+) -> None:
+    """PATH pointing at a folder without g++ stands in for a host without a compiler (and a wheel
+    cache holding the wheelhouses but no native wheel): the build succeeds with grpcio's server
+    and says why in one line and in the report; the image is the --grpc-frontend grpcio one."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for entry in default_cache_dir().iterdir() if default_cache_dir().is_dir() else []:
+        if entry.name != CACHE_FOLDER and not entry.name.startswith("."):
+            (cache / entry.name).symlink_to(entry)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    env = {**engine, "PATH": str(empty), "TOOLKIT_WHEEL_CACHE": str(cache)}
+    report = toolkit_build(env, tmp_path / "ctx", "--target", "cloudrun", "--protocol", "grpc")
+    frontend = report["grpc_frontend"]
+    assert (frontend["frontend"], frontend["source"]) == ("grpcio", "fallback"), frontend
+    assert "no C++ compiler (g++) on PATH" in frontend["reason"] and "libgrpc++-dev" in frontend["reason"]
+    lines = [line for line in report["output"].splitlines() if "gRPC front end: grpcio's server, not the native" in line]
+    assert len(lines) == 1, report["output"]
+    assert _native_wheels(tmp_path / "ctx") == [] and report["image"] == grpcio_image["image"]
+    failed = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "build", str(QUICKSTART), "--base-image", BASE_IMAGE, "--builder", "docker",
+         "--output", str(tmp_path / "ctx2"), "-q", "--target", "cloudrun", "--protocol", "grpc", "--grpc-frontend", "native"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert failed.returncode == 1 and "--grpc-frontend native: the native gRPC front end cannot go into this image" in (
+        " ".join(failed.stderr.split())), failed.stderr
+
+
+def test_users_native_wheels_win(engine: dict[str, str], grpc_image: dict, tmp_path) -> None:  # noqa: F811
+    """TOOLKIT_GRPC_NATIVE_WHEELS=DIR (a wheel made by build.py --wheel: here the one the default
+    build made) goes into the image as before; a folder without a wheel for the image is an error."""
+    if grpc_image["grpc_frontend"]["frontend"] != "native":
+        pytest.skip("the base image's Python is not this one: no wheel for it here")
     wheels = tmp_path / "wheels"
-    built = subprocess.run([sys.executable, str(ROOT / "handlers/protocol/grpc/native/build.py"), "--wheel", str(wheels)],
-                           capture_output=True, text=True, check=False, timeout=900)
-    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    wheels.mkdir()
+    for name in _native_wheels(grpc_image["context_dir"]):
+        shutil.copyfile(grpc_image["context_dir"] / "wheelhouse" / name, wheels / name)
     report = toolkit_build({**engine, "TOOLKIT_GRPC_NATIVE_WHEELS": str(wheels)}, tmp_path / "ctx", "--target",
                            "cloudrun", "--protocol", "grpc")
-    assert any(name.startswith("toolkit_grpcnative-") for name in os.listdir(tmp_path / "ctx" / "wheelhouse")), report
-    assert "gRPC front end: native" in _serves_and_drains(engine, report["image"])
-    docker(engine, "rmi", report["image"], check=False)
+    assert report["grpc_frontend"]["source"] == "TOOLKIT_GRPC_NATIVE_WHEELS" and report["image"] == grpc_image["image"]
+    empty = tmp_path / "none"
+    empty.mkdir()
+    failed = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "build", str(QUICKSTART), "--base-image", BASE_IMAGE, "--builder", "docker",
+         "--output", str(tmp_path / "ctx2"), "-q", "--target", "cloudrun", "--protocol", "grpc"],
+        capture_output=True, text=True, env={**engine, "TOOLKIT_GRPC_NATIVE_WHEELS": str(empty)}, timeout=600,
+    )
+    assert failed.returncode == 1 and "holds no toolkit_grpcnative wheel" in " ".join(failed.stderr.split()), failed.stderr
 
 
 def _banner(process) -> str:

@@ -403,6 +403,9 @@ def build(
     protocol: Annotated[
         str, typer.Option("--protocol", help="cloudrun/knative: http (v2 REST) or grpc (inference.GRPCInferenceService, h2c) on the service's port")
     ] = "http",
+    grpc_frontend: Annotated[
+        str, typer.Option("--grpc-frontend", help="--protocol grpc images: auto (the native grpc++ front end when it can be had, else grpcio's server, saying why), native (fail when it cannot be had) or grpcio")
+    ] = "auto",
 ) -> None:
     """Build a container image of a repository for AWS Lambda, Cloud Run or Knative."""
     from .build import BuildError, BuildOptions, run_build
@@ -412,7 +415,7 @@ def build(
         repository=repo, target=target, models=model, name=name, tag=tag, output=output, builder=builder,
         base_image=base_image, platform=platform, push=push, device=device, cuda=cuda, python_version=python_version,
         measure_cold_start=measure_cold_start, refresh_wheels=refresh_wheels, auto_complete=not strict,
-        protocol=protocol,
+        protocol=protocol, grpc_frontend=grpc_frontend,
     )
     ui = _RichBuildUI(quiet)
     try:

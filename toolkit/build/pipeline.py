@@ -35,6 +35,8 @@ from .context import ImagePlan, check_output, default_image_name, render_context
 from .errors import BuildError, BuildOptionError
 from .local_run import LocalLambda, free_port, run_service
 from .footprint import backend_footprints
+from .grpc_frontend import CHOICES as GRPC_FRONTENDS
+from .grpc_frontend import GrpcFrontend, choose_frontend
 from .report import (
     BuildReport,
     ColdStart,
@@ -49,12 +51,11 @@ from .runtime_deps import (
     DEFAULT_CUDA_MAJOR,
     PROTOCOLS,
     check_wheels_exist,
-    grpc_native_requirement,
     runtime_backends,
     runtime_requirements,
 )
 from .targets import LAMBDA_TASK_LAYOUT, OPT_LAYOUT, TARGETS, Target
-from .wheelhouse import ModelRequirements, build_wheelhouse
+from .wheelhouse import ModelRequirements, build_wheelhouse, default_cache_dir
 
 # docker reference grammar (distribution/reference): lower-case path components, tag.
 _NAME = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
@@ -100,6 +101,9 @@ class BuildOptions:
     auto_complete: bool = True
     wheel_cache: Path | None = None
     protocol: str = "http"  # cloudrun / knative: "grpc" serves inference.GRPCInferenceService on $PORT
+    # gRPC images: "auto" (the native grpc++ front end when it can be had, else grpcio's server),
+    # "native" (fail when it cannot be had) or "grpcio" (toolkit/build/grpc_frontend.py)
+    grpc_frontend: str = "auto"
 
 
 @dataclass
@@ -128,6 +132,13 @@ def _check_options(options: BuildOptions) -> Target:
         raise BuildOptionError(
             f"{target.name} has no gRPC (a function is invoked with HTTP events): build with --protocol http and "
             "drive it with gRPC clients through `toolkit proxy URL --grpc-port 8001`"
+        )
+    if options.grpc_frontend not in GRPC_FRONTENDS:
+        raise BuildOptionError(f"unknown gRPC front end '{options.grpc_frontend}': choose {', '.join(GRPC_FRONTENDS)}")
+    if options.grpc_frontend != "auto" and options.protocol != "grpc":
+        raise BuildOptionError(
+            f"--grpc-frontend {options.grpc_frontend} applies to --protocol grpc images (Cloud Run, Knative) only: "
+            f"this {target.name} image serves HTTP and has no gRPC front end"
         )
     if options.cuda not in CUDA_LINES:
         raise BuildOptionError(f"unsupported CUDA major {options.cuda}: choose {' or '.join(map(str, CUDA_LINES))}")
@@ -347,13 +358,16 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         backends=backends,
         protocol=options.protocol,
     )
-    if options.protocol == "grpc":
-        try:
-            native = grpc_native_requirement(base.python, base.arch)
-        except ValueError as exc:
-            raise BuildError(str(exc)) from None
-        if native is not None:  # the grpc++ front end instead of grpcio's server (docs/grpc.md)
-            runtime = replace(runtime, resolved=(*runtime.resolved, native))
+    frontend: GrpcFrontend | None = None
+    if options.protocol == "grpc":  # grpc++ (a wheel) or grpcio's server (docs/grpc.md)
+        frontend = choose_frontend(
+            options.grpc_frontend, base, cache_dir=options.wheel_cache or default_cache_dir(),
+            refresh=options.refresh_wheels, progress=ui.step,
+        )
+        if frontend.requirement is not None:
+            runtime = replace(runtime, resolved=(*runtime.resolved, frontend.requirement))
+        if frontend.source != "fallback":
+            ui.step(frontend.line())
     layout = LAMBDA_TASK_LAYOUT if (target.name == "lambda" and base.lambda_base) else OPT_LAYOUT
     name = options.name or default_image_name(compiled.root)
     output = options.output or Path("build") / f"{name.replace('/', '-')}-{target.name}"
@@ -392,6 +406,10 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         python_deps=wheelhouse.versions(), wheelhouse_bytes=wheelhouse.size,
         warnings=target_warnings(target, compiled, gpu_models), python_instance_mode=target.python_instance_mode,
     )
+    if frontend is not None:
+        report.grpc_frontend = frontend.as_dict()
+        if frontend.source == "fallback":
+            report.warnings.append(frontend.line())
     if runtime.cuda is not None:
         frameworks = [r.spec for requirements in runtime.backends.values() for r in requirements if r.imports]
         report.cuda = {
@@ -405,7 +423,8 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         )
     write_metadata(context, {
         "toolkit_version": __version__, "name": name, "tag": tag, "image": reference, "push": pushed,
-        "target": target.name, "protocol": options.protocol, "platform": plan.platform, "device": device, "base_image": base.reference,
+        "target": target.name, "protocol": options.protocol,
+        "grpc_frontend": frontend.frontend if frontend else None, "platform": plan.platform, "device": device, "base_image": base.reference,
         "python": base.python, "base_image_source": base.source, "labels": context.labels, "build_command": command,
         "models": {m.name: m.versions for m in models},
     })

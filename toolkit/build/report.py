@@ -114,6 +114,9 @@ class BuildReport:
     build_seconds: float | None = None
     # TOOLKIT_PYTHON_INSTANCE_MODE baked into the image: where python models' instances run
     python_instance_mode: str | None = None
+    # gRPC images: the front end (native or grpcio), where its wheel came from and what it adds,
+    # or why it is not native (toolkit/build/grpc_frontend.py GrpcFrontend.as_dict)
+    grpc_frontend: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -138,6 +141,8 @@ class BuildReport:
             ("context", f"{self.context} ({self.context_digest[:19]}...)"),
             ("wheelhouse", human_bytes(self.wheelhouse_bytes)),
         ]
+        if self.grpc_frontend:
+            rows.append(("gRPC front end", grpc_frontend_text(self.grpc_frontend)))
         if self.cuda:
             rows.append(("CUDA", f"{self.cuda['major']} ({', '.join(self.cuda['frameworks'])}), NVIDIA driver >= {self.cuda['min_driver']}"))
         if self.cold_start:
@@ -189,6 +194,15 @@ class BuildReport:
         for name, version in self.python_deps.items():
             deps.add_row(name, version)
         console.print(deps)
+
+
+def grpc_frontend_text(entry: dict[str, Any]) -> str:
+    """The gRPC front end for the report's table."""
+    if entry["frontend"] == "native":
+        origin = {"built": "built now, cached", "cache": "from the wheel cache"}.get(entry["source"], entry["source"])
+        return (f"native (grpc++): {entry['wheel']}, adds {human_bytes(entry['installed_bytes'])} installed "
+                f"({human_bytes(entry['wheel_bytes'])} wheel; {origin})")
+    return f"grpcio's server ({entry.get('reason', entry['source'])})"
 
 
 def python_instances_text(mode: str) -> str:

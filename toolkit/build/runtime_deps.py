@@ -113,8 +113,9 @@ GRPC: tuple[RuntimeRequirement, ...] = (
 )
 # The native gRPC front end as a wheel (handlers/protocol/grpc/native/build.py --wheel), which
 # handlers.protocol.grpc.nativeserver imports when its in-tree module is absent. Not on PyPI: a
-# gRPC image carries it only when TOOLKIT_GRPC_NATIVE_WHEELS names a directory of such wheels
-# (grpc_native_requirement); otherwise it serves gRPC with grpcio's server.
+# gRPC image takes it from TOOLKIT_GRPC_NATIVE_WHEELS (grpc_native_requirement), else builds it
+# on demand and caches it (toolkit/build/grpc_frontend.py); otherwise it serves gRPC with grpcio's
+# server.
 GRPC_NATIVE = RuntimeRequirement("toolkit-grpcnative", ("toolkit_grpcnative",))
 GRPC_NATIVE_WHEELS_ENV = "TOOLKIT_GRPC_NATIVE_WHEELS"
 

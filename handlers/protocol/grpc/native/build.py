@@ -120,8 +120,12 @@ def main() -> int:
     args = parser.parse_args()
     try:
         print(build_wheel(args.wheel) if args.wheel else build(args.output))
-    except (RuntimeError, subprocess.CalledProcessError) as exc:
+    except RuntimeError as exc:
         print(f"grpcnative: cannot build: {exc}", file=sys.stderr)
+        return 1
+    except subprocess.CalledProcessError as exc:  # its own output (above) says why
+        what = " ".join([Path(str(exc.cmd[0])).name, *map(str, exc.cmd[1:4])])
+        print(f"grpcnative: cannot build: `{what} ...` failed (exit status {exc.returncode})", file=sys.stderr)
         return 1
     return 0
 

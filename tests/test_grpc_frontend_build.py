@@ -1,0 +1,171 @@
+"""How `toolkit build --protocol grpc` chooses the image's gRPC front end
+(toolkit/build/grpc_frontend.py): the native wheel's cache key, its manylinux tag against the base
+image's glibc, the user's TOOLKIT_GRPC_NATIVE_WHEELS, and the fall back to grpcio's server with the
+reason (the image's Python or arch differs from the host's, no compiler, glibc too old), or the
+build's failure under `--grpc-frontend native`. Building and serving real images:
+tests/test_build_e2e_grpc.py."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from toolkit.build import grpc_frontend as gf
+from toolkit.build.base_image import BaseImage
+from toolkit.build.errors import BuildError, BuildOptionError
+from toolkit.build.pipeline import BuildOptions, _check_options
+from toolkit.build.report import BuildReport, grpc_frontend_text
+from toolkit.build.runtime_deps import GRPC_NATIVE_WHEELS_ENV
+
+HOST = gf.host_python()
+TAG = "cp" + HOST.replace(".", "")
+
+
+def _base(python: str = HOST, glibc: tuple[int, int] = (2, 36), arch: str | None = None) -> BaseImage:
+    return BaseImage("python:test", python, glibc, arch or gf.host_arch(), False, "test")
+
+
+def _wheel(folder: Path, platform: str = "manylinux_2_35", tag: str = TAG, arch: str | None = None) -> Path:
+    """A wheel file by the name build.py --wheel gives (its content: one module file). It stands
+    in for a built wheel where only its name and place matter (the cache lookup, the tag check)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"toolkit_grpcnative-0.1.0-{tag}-{tag}-{platform}_{arch or gf.host_arch()}.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("toolkit_grpcnative/__init__.py", "x" * 1000)
+    return path
+
+
+def test_cache_key_follows_the_sources_python_and_arch(tmp_path):
+    sources = []
+    for source in gf.SOURCES:
+        copy = tmp_path / source.name
+        shutil.copyfile(source, copy)
+        sources.append(copy)
+    key = gf.cache_key("cp311", "x86_64", tuple(sources))
+    assert key == gf.cache_key("cp311", "x86_64", tuple(sources)) == gf.cache_key("cp311", "x86_64")  # content, not path
+    assert len({key, gf.cache_key("cp312", "x86_64", tuple(sources)), gf.cache_key("cp311", "aarch64", tuple(sources))}) == 3
+    for changed in sources:  # the C++ source or the build script changed: a new wheel
+        text = changed.read_bytes()
+        changed.write_bytes(text + b"\n")
+        assert gf.cache_key("cp311", "x86_64", tuple(sources)) != key
+        changed.write_bytes(text)
+    assert gf.cache_key("cp311", "x86_64", tuple(sources)) == key
+
+
+@pytest.mark.parametrize(("filename", "glibc"), [
+    ("toolkit_grpcnative-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl", (2, 35)),
+    ("toolkit_grpcnative-0.1.0-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", (2, 17)),
+    ("toolkit_grpcnative-0.1.0-cp311-cp311-manylinux2014_x86_64.whl", (2, 17)),
+    ("toolkit_grpcnative-0.1.0-cp311-cp311-manylinux1_x86_64.whl", (2, 5)),
+    ("toolkit_grpcnative-0.1.0-cp311-cp311-linux_x86_64.whl", None),
+    ("toolkit_grpcnative-0.1.0-cp311-cp311-musllinux_1_2_x86_64.whl", None),
+])
+def test_wheel_glibc_reads_the_manylinux_tag(filename, glibc):
+    assert gf.wheel_glibc(filename) == glibc
+
+
+def test_glibc_check_against_the_base_image(tmp_path):
+    wheel = _wheel(tmp_path)
+    gf.check_glibc(wheel, _base(glibc=(2, 36)))
+    gf.check_glibc(wheel, _base(glibc=(2, 35)))
+    with pytest.raises(gf.Unavailable, match=r"needs glibc 2\.35 or newer and base image python:test has glibc 2\.31"):
+        gf.check_glibc(wheel, _base(glibc=(2, 31)))
+    with pytest.raises(gf.Unavailable, match="no manylinux tag"):
+        gf.check_glibc(_wheel(tmp_path, platform="linux"), _base())
+
+
+def test_grpcio_leaves_the_wheel_out(tmp_path, monkeypatch):
+    monkeypatch.setenv(GRPC_NATIVE_WHEELS_ENV, str(tmp_path))  # the option wins over the user's wheels too
+    chosen = gf.choose_frontend("grpcio", _base(), cache_dir=tmp_path)
+    assert (chosen.frontend, chosen.wheel, chosen.requirement) == ("grpcio", None, None)
+    assert chosen.as_dict() == {"frontend": "grpcio", "source": "--grpc-frontend grpcio", "reason": "--grpc-frontend grpcio"}
+
+
+def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
+    monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
+    folder = tmp_path / gf.CACHE_FOLDER / gf.cache_key(TAG, gf.host_arch())[:32]
+    wheel = _wheel(folder)
+    monkeypatch.setattr(gf, "BUILD_SCRIPT", tmp_path / "absent.py")  # a build would fail
+    chosen = gf.choose_frontend("auto", _base(), cache_dir=tmp_path)
+    assert (chosen.frontend, chosen.source, chosen.wheel) == ("native", "cache", wheel)
+    assert chosen.requirement.spec == str(wheel) and chosen.requirement.imports == ("toolkit_grpcnative",)
+    entry = chosen.as_dict()
+    assert entry["wheel"] == wheel.name and entry["wheel_bytes"] == wheel.stat().st_size
+    assert entry["installed_bytes"] == 1000
+    assert "reused from the wheel cache" in chosen.line()
+    # the base image's glibc is older than the wheel's tag: grpcio's server, saying why
+    old = gf.choose_frontend("auto", _base(glibc=(2, 31)), cache_dir=tmp_path)
+    assert (old.frontend, old.source) == ("grpcio", "fallback") and "needs glibc 2.35" in old.reason
+    with pytest.raises(BuildError, match="--grpc-frontend native: .*needs glibc 2.35"):
+        gf.choose_frontend("native", _base(glibc=(2, 31)), cache_dir=tmp_path)
+
+
+def test_another_python_or_arch_falls_back_with_the_way_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
+    other = "3.%d" % (sys.version_info[1] + 1)
+    chosen = gf.choose_frontend("auto", _base(python=other), cache_dir=tmp_path)
+    assert (chosen.frontend, chosen.source) == ("grpcio", "fallback")
+    assert f"the image's Python is {other} and the one running toolkit {HOST}" in chosen.reason
+    assert GRPC_NATIVE_WHEELS_ENV in chosen.reason and "build.py --wheel" in chosen.reason
+    assert chosen.line().startswith("gRPC front end: grpcio's server, not the native one")
+    arch = "aarch64" if gf.host_arch() != "aarch64" else "x86_64"
+    assert f"the image is {arch}" in gf.choose_frontend("auto", _base(arch=arch), cache_dir=tmp_path).reason
+    with pytest.raises(BuildError, match=f"--grpc-frontend native: .*Python is {other}"):
+        gf.choose_frontend("native", _base(python=other), cache_dir=tmp_path)
+    assert not (tmp_path / gf.CACHE_FOLDER).exists()  # nothing was built
+
+
+def test_no_compiler_falls_back_or_fails_native(tmp_path, monkeypatch):
+    """PATH without g++ (an empty folder) stands in for a host without a compiler: build.py
+    --wheel runs and refuses; the image falls back, or `native` fails with build.py's reason."""
+    monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    chosen = gf.choose_frontend("auto", _base(), cache_dir=tmp_path / "cache")
+    assert (chosen.frontend, chosen.source) == ("grpcio", "fallback")
+    assert "its wheel cannot be built on this machine: no C++ compiler (g++) on PATH" in chosen.reason
+    assert "apt-get install g++ pkg-config libgrpc++-dev" in chosen.reason
+    with pytest.raises(BuildError, match=r"--grpc-frontend native: .*no C\+\+ compiler"):
+        gf.choose_frontend("native", _base(), cache_dir=tmp_path / "cache")
+    assert list((tmp_path / "cache" / gf.CACHE_FOLDER).iterdir()) == []  # no partial entry left
+
+
+def test_the_users_wheels_win_and_must_fit(tmp_path, monkeypatch):
+    folder = tmp_path / "wheels"
+    monkeypatch.setenv(GRPC_NATIVE_WHEELS_ENV, str(folder))
+    folder.mkdir()
+    with pytest.raises(BuildError, match=f"holds no toolkit_grpcnative wheel for Python {HOST}"):
+        gf.choose_frontend("auto", _base(), cache_dir=tmp_path)
+    wheel = _wheel(folder)
+    _wheel(tmp_path / gf.CACHE_FOLDER / gf.cache_key(TAG, gf.host_arch())[:32])
+    chosen = gf.choose_frontend("auto", _base(), cache_dir=tmp_path)
+    assert (chosen.frontend, chosen.source, chosen.wheel) == ("native", GRPC_NATIVE_WHEELS_ENV, wheel.resolve())
+    with pytest.raises(BuildError, match=f"{GRPC_NATIVE_WHEELS_ENV}: .*needs glibc 2.35"):
+        gf.choose_frontend("auto", _base(glibc=(2, 28)), cache_dir=tmp_path)
+
+
+def test_build_options_and_the_report(tmp_path):
+    with pytest.raises(BuildOptionError, match="unknown gRPC front end 'grpc'"):
+        _check_options(BuildOptions(repository="r", target="cloudrun", protocol="grpc", grpc_frontend="grpc"))
+    with pytest.raises(BuildOptionError, match="--grpc-frontend native applies to --protocol grpc images .* this lambda image serves HTTP"):
+        _check_options(BuildOptions(repository="r", target="lambda", grpc_frontend="native"))
+    _check_options(BuildOptions(repository="r", target="cloudrun", protocol="grpc", grpc_frontend="grpcio"))
+    native = {"frontend": "native", "source": "built", "wheel": "w.whl", "wheel_bytes": 6_500_000,
+              "installed_bytes": 21_000_000, "wheel_build_seconds": 90.0}
+    assert grpc_frontend_text(native) == "native (grpc++): w.whl, adds 21.0 MB installed (6.5 MB wheel; built now, cached)"
+    fallback = {"frontend": "grpcio", "source": "fallback", "reason": "the native front end cannot be had: x"}
+    assert grpc_frontend_text(fallback) == "grpcio's server (the native front end cannot be had: x)"
+    report = BuildReport("n", "t", "cloudrun", "linux/amd64", "b", HOST, "cpu", "c", "d", "r", "docker", "cmd",
+                         grpc_frontend=native)
+    console = Console(width=200, record=True, file=io.StringIO())
+    report.render(console)
+    text = console.export_text()
+    assert "gRPC front end" in text and "adds 21.0 MB installed" in text
+    assert report.to_dict()["grpc_frontend"] == native
