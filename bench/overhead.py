@@ -17,8 +17,10 @@ their order rotating), together with the load average.
 Variants (default: the set in docs/performance.md, "Per-request overhead"): SERVER is `toolkit`
 (`toolkit serve`, WORKERS processes: `--workers`; its gRPC front end is the default one, native
 when built), `toolkit-native` or `toolkit-grpcio` (`toolkit serve` with TOOLKIT_GRPC_FRONTEND set
-to that front end), or `triton` (scripts/tools/tritonserver, its
-python backend running ONNX Runtime, as bench/servers.py); INSTANCES the instance_group count;
+to that front end), `toolkit-granian` (`toolkit serve` with granian in place of uvicorn:
+bench/granian_serve.py, one process), or `triton` (scripts/tools/tritonserver, its
+python backend running ONNX Runtime, as bench/servers.py); SERVER may end in `@NAME=VALUE`s,
+environment variables for that variant's server; INSTANCES the instance_group count;
 BATCHING 1 for `dynamic_batching { }`, 0 for none. The load is perf_analyzer 2.51: `-b 2` at
 concurrency 16 (`--concurrency`). Over gRPC, perf_analyzer's concurrent clients share a channel
 (one HTTP/2 connection) by default, and SO_REUSEPORT spreads connections, not requests: all of it
@@ -138,16 +140,23 @@ class Variant:
     def start(self, root: Path, logs: Path) -> None:
         repo = repository(root, self.instances, self.batching)
         self.http_port, self.grpc_port = free_port(), free_port()
-        if self.server == "triton":
+        server, *variables = self.server.split("@")
+        env = dict(os.environ)
+        env.update(variable.split("=", 1) for variable in variables)
+        if server == "triton":
             command = [str(TRITONSERVER), "serve", str(repo), "--http-port", str(self.http_port), "--grpc-port",
                        str(self.grpc_port), "--metrics-port", "0", "--ort-threads", "1"]
         else:
             command = [sys.executable, "-m", "toolkit.cli", "serve", str(repo), "--port", str(self.http_port),
                        "--grpc-port", str(self.grpc_port), "--metrics-port", "0", "--device", "cpu", "--log-level",
                        "warning", "--workers", str(self.workers)]
-        env = dict(os.environ)
-        if self.server.startswith("toolkit-"):
-            env["TOOLKIT_GRPC_FRONTEND"] = self.server.removeprefix("toolkit-")
+        if server == "toolkit-granian":
+            if self.workers != 1:
+                raise ValueError(f"{self.name}: bench/granian_serve.py runs one process (WORKERS 1)")
+            command[1:4] = [str(Path(__file__).resolve().with_name("granian_serve.py"))]
+            command[-2:] = []
+        elif server.startswith("toolkit-"):
+            env["TOOLKIT_GRPC_FRONTEND"] = server.removeprefix("toolkit-")
         log = logs / f"{self.name.replace(' ', '_').replace('/', '_')}.log"
         with open(log, "w") as handle:
             self.process = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
