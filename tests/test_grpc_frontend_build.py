@@ -11,6 +11,7 @@ import io
 import shutil
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ from toolkit.build.base_image import BaseImage
 from toolkit.build.errors import BuildError, BuildOptionError
 from toolkit.build.pipeline import BuildOptions, _check_options
 from toolkit.build.report import BuildReport, grpc_frontend_text
-from toolkit.build.runtime_deps import GRPC_NATIVE_WHEELS_ENV
+from toolkit.build.runtime_deps import GRPC_NATIVE_WHEELS_ENV, RuntimeRequirement, runtime_requirements
+from toolkit.build.wheelhouse import cache_key
 
 HOST = gf.host_python()
 TAG = "cp" + HOST.replace(".", "")
@@ -169,3 +171,24 @@ def test_build_options_and_the_report(tmp_path):
     text = console.export_text()
     assert "gRPC front end" in text and "adds 21.0 MB installed" in text
     assert report.to_dict()["grpc_frontend"] == native
+
+
+def test_the_wheelhouse_key_follows_the_native_wheel_s_content_not_its_path(tmp_path) -> None:
+    """The same wheel from the wheel cache or from TOOLKIT_GRPC_NATIVE_WHEELS (another folder) reuses
+    one wheelhouse; a rebuilt wheel (new content, same name) makes a new one."""
+    base = BaseImage("python:3.11", "3.11", (2, 36), "x86_64", False, "test")
+    runtime = runtime_requirements(server=True, aws_lambda=False, runtime_client=False, gpu_cuda=None, protocol="grpc")
+    name = "toolkit_grpcnative-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl"
+    first, second = tmp_path / "cache" / name, tmp_path / "user" / name
+    for wheel in (first, second):
+        wheel.parent.mkdir()
+        wheel.write_bytes(b"the same wheel")
+
+    def key(wheel: Path) -> str:
+        native = RuntimeRequirement(str(wheel), ("toolkit_grpcnative",))
+        return cache_key(replace(runtime, resolved=(*runtime.resolved, native)), [], base)
+
+    assert key(first) == key(second)
+    assert key(first) != cache_key(runtime, [], base)
+    second.write_bytes(b"a rebuilt wheel")
+    assert key(first) != key(second)

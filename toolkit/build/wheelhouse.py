@@ -227,6 +227,15 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+def _spec_key(spec: str) -> str:
+    """A requirement as the cache key sees it: a local wheel file (the native gRPC front end's, from
+    the wheel cache or TOOLKIT_GRPC_NATIVE_WHEELS) by its name and content, wherever it lies."""
+    path = Path(spec)
+    if spec.endswith(".whl") and path.is_file():
+        return f"{path.name} sha256:{file_sha256(path)}"
+    return spec
+
+
 def cache_key(runtime: RuntimeSet, model_requirements: Iterable[ModelRequirements], base: BaseImage) -> str:
     models = []
     for m in model_requirements:
@@ -235,7 +244,7 @@ def cache_key(runtime: RuntimeSet, model_requirements: Iterable[ModelRequirement
     document = {
         "python": base.python,
         "platforms": base.wheel_platforms(),
-        "resolved": [r.spec for r in runtime.resolved],
+        "resolved": [_spec_key(r.spec) for r in runtime.resolved],
         "no_deps": [r.key for r in runtime.no_deps],
         "models": models,
         "pip": _pip_settings(),
