@@ -327,7 +327,9 @@ class Worker {
     switch (op.kind) {
       case Op::REPLY: {
         evbuffer* buffer = evbuffer_new();
-        if (!op.body.empty()) evbuffer_add(buffer, op.body.data(), op.body.size());
+        // evhttp writes whatever body it is given: none for HEAD, 204 and 304 (RFC 9110)
+        bool no_body = evhttp_request_get_command(evreq) == EVHTTP_REQ_HEAD || op.status == 204 || op.status == 304;
+        if (!op.body.empty() && !no_body) evbuffer_add(buffer, op.body.data(), op.body.size());
         evhttp_send_reply(evreq, op.status, nullptr, buffer);
         evbuffer_free(buffer);
         break;
