@@ -18,8 +18,8 @@ connections are refused), close idle keep-alive connections, let the requests in
 Known differences from uvicorn (first part; docs/performance.md): a body over
 TOOLKIT_MAX_REQUEST_BYTES is refused by evhttp itself (413 with its own short HTML body, before
 the body is buffered) on every route, where uvicorn lets the infer route answer 413 with a JSON
-message; malformed requests get evhttp's 400; a disconnecting client is seen when its answer is
-written (ASGI `http.disconnect` after the response), as the fast path under uvicorn sees it.
+message; malformed requests get evhttp's 400. A client closing its connection while its request
+is in flight is seen at once (EPOLLRDHUP): the app's `receive` answers `http.disconnect`.
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class NativeHttpServer:
         self._native: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._exchanges: dict[int, _Exchange] = {}  # by request id: those the ASGI app serves
         self._server: tuple[str, int] | None = None
         self._draining = False
 
@@ -126,8 +127,13 @@ class NativeHttpServer:
     def _drain(self) -> None:
         loop = self._loop
         assert loop is not None
-        for request in self._native.drain():
-            task = loop.create_task(self._handle(request))
+        for event in self._native.drain():
+            if type(event) is int:  # the client of that request closed its connection
+                exchange = self._exchanges.pop(event, None)
+                if exchange is not None:
+                    exchange.disconnect()
+                continue
+            task = loop.create_task(self._handle(event))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -162,13 +168,19 @@ class NativeHttpServer:
                 reply = internal_error_reply(scope, exc)
             request.reply(reply.status, reply_headers(reply), reply.body, self._draining)
             return
-        await _Exchange(request, self._draining).run(self.app, scope)
+        exchange = _Exchange(request, self._draining)
+        self._exchanges[request.id] = exchange
+        try:
+            await exchange.run(self.app, scope)
+        finally:
+            self._exchanges.pop(request.id, None)
 
 
 class _Exchange:
     """One request through the ASGI app (receive / send) onto the native request."""
 
-    __slots__ = ("_body", "_close", "_done", "_finished", "_headers", "_request", "_status", "_streaming")
+    __slots__ = ("_body", "_close", "_disconnected", "_done", "_finished", "_headers", "_request", "_status",
+                 "_streaming")
 
     def __init__(self, request: Any, close: bool) -> None:
         self._request = request
@@ -178,7 +190,13 @@ class _Exchange:
         self._headers: list[tuple[bytes, bytes]] = []
         self._streaming = False
         self._done = False
+        self._disconnected = False
         self._finished: asyncio.Future[None] | None = None
+
+    def disconnect(self) -> None:
+        """The client left: `receive` answers http.disconnect, what is sent goes nowhere."""
+        self._disconnected = True
+        self._wake()
 
     async def run(self, app: Any, scope: dict[str, Any]) -> None:
         try:
@@ -216,7 +234,7 @@ class _Exchange:
         if body is not None:
             self._body = None
             return {"type": "http.request", "body": body, "more_body": False}
-        if not self._done:  # nothing more comes: wait for the response to end
+        if not self._done and not self._disconnected:  # wait for the response to end or the client to leave
             self._finished = asyncio.get_running_loop().create_future()
             await self._finished
         return {"type": "http.disconnect"}
@@ -233,8 +251,8 @@ class _Exchange:
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
         if self._status is None:
             raise RuntimeError("http.response.body before http.response.start")
-        if self._done:
-            return  # as uvicorn: a body after the end is dropped
+        if self._done or self._disconnected:
+            return  # as uvicorn: a body after the end, or after the client left, is dropped
         body = message.get("body", b"")
         more = message.get("more_body", False)
         if not self._streaming and not more:

@@ -59,6 +59,8 @@ struct Req {
   std::string peer;
   int peer_port = 0;
   int http_minor = 1;
+  uint64_t id = 0;
+  event* watch = nullptr;  // EV_CLOSED on the connection while the request is in flight (worker thread)
   bool answered = false;  // Python's final answer is queued (Python thread, GIL held)
   bool started = false;   // a streamed answer was started (Python thread)
 
@@ -66,9 +68,17 @@ struct Req {
   void Unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (body != nullptr) evbuffer_free(body);
+      if (watch != nullptr) event_free(watch);  // (only when the worker is gone)
       delete this;
     }
   }
+};
+
+enum EventKind { REQUEST = 0, DISCONNECT = 1 };
+
+struct Event {
+  int kind;
+  Req* req;  // holds a ref
 };
 
 // The queue between the libevent threads and the asyncio loop.
@@ -79,10 +89,10 @@ class Hub {
     if (fd_ >= 0) close(fd_);
   }
 
-  void Push(Req* req) {  // takes the caller's ref
+  void Push(int kind, Req* req) {  // takes the caller's ref
     std::lock_guard<std::mutex> lock(mu_);
     bool was_empty = events_.empty();
-    events_.push_back(req);
+    events_.push_back(Event{kind, req});
     if (was_empty) {
       uint64_t one = 1;
       ssize_t written = write(fd_, &one, sizeof one);
@@ -90,8 +100,8 @@ class Hub {
     }
   }
 
-  std::vector<Req*> Take() {
-    std::vector<Req*> taken;
+  std::vector<Event> Take() {
+    std::vector<Event> taken;
     std::lock_guard<std::mutex> lock(mu_);
     taken.swap(events_);
     uint64_t count;
@@ -101,11 +111,12 @@ class Hub {
   }
 
   int fd() const { return fd_; }
+  std::atomic<uint64_t> next_id{1};
 
  private:
   int fd_;
   std::mutex mu_;
-  std::vector<Req*> events_;
+  std::vector<Event> events_;
 };
 
 // Python's answers, applied on the worker's thread.
@@ -239,8 +250,34 @@ class Worker {
       found->second.pending += 1;
     }
     evhttp_request_set_on_complete_cb(evreq, &Worker::OnComplete, self);
+    req->id = self->hub_->next_id.fetch_add(1);
     req->Ref();  // the worker's, until the answer is written
-    self->hub_->Push(req);
+    // evhttp reads nothing more from the connection until it is answered: watch it for the
+    // client closing it (EPOLLRDHUP), so Python learns of a client that left
+    bufferevent* bev = evcon != nullptr ? evhttp_connection_get_bufferevent(evcon) : nullptr;
+    if (bev != nullptr && bufferevent_getfd(bev) >= 0) {
+      req->watch = event_new(self->base_, bufferevent_getfd(bev), EV_CLOSED, &Worker::OnPeerClosed, req);
+      if (req->watch != nullptr) event_add(req->watch, nullptr);
+    }
+    self->hub_->Push(REQUEST, req);
+  }
+
+  // The client closed its connection while its request is in flight: drop the connection (and
+  // with it evhttp's request; Python's answer, if it comes, goes nowhere) and tell Python.
+  static void OnPeerClosed(evutil_socket_t, short, void* arg) {
+    Req* req = static_cast<Req*>(arg);
+    Worker* self = req->worker;
+    event_free(req->watch);
+    req->watch = nullptr;
+    evhttp_request* evreq = req->evreq;
+    if (evreq == nullptr) return;
+    req->evreq = nullptr;
+    evhttp_connection* evcon = evhttp_request_get_connection(evreq);
+    if (evcon != nullptr) {
+      self->conns_.erase(evcon);
+      evhttp_connection_free(evcon);  // frees evreq too
+    }
+    self->hub_->Push(DISCONNECT, req);  // takes the worker's ref
   }
 
   static void OnComplete(evhttp_request* evreq, void* arg) {
@@ -351,6 +388,10 @@ class Worker {
     }
     (void)detached;
     if (final) {
+      if (op.req->watch != nullptr) {
+        event_free(op.req->watch);
+        op.req->watch = nullptr;
+      }
       op.req->evreq = nullptr;  // evhttp owns (and frees) it from here
       op.req->Unref();          // the worker's ref
     }
@@ -544,6 +585,8 @@ PyObject* PyReq_get_client(PyReq* self, void*) {
   return Py_BuildValue("(si)", self->req->peer.c_str(), self->req->peer_port);
 }
 
+PyObject* PyReq_get_id(PyReq* self, void*) { return PyLong_FromUnsignedLongLong(self->req->id); }
+
 PyObject* PyReq_get_http_version(PyReq* self, void*) {
   return PyUnicode_FromString(self->req->http_minor == 0 ? "1.0" : "1.1");
 }
@@ -566,6 +609,8 @@ PyGetSetDef PyReq_getset[] = {
     {"uri", reinterpret_cast<getter>(PyReq_get_uri), nullptr, "The request target as sent (bytes).", nullptr},
     {"client", reinterpret_cast<getter>(PyReq_get_client), nullptr, "(host, port) of the client.", nullptr},
     {"http_version", reinterpret_cast<getter>(PyReq_get_http_version), nullptr, "'1.0' or '1.1'.", nullptr},
+    {"id", reinterpret_cast<getter>(PyReq_get_id), nullptr,
+     "The request's id (what drain() gives, an int, when its client leaves before the answer ends).", nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
@@ -614,19 +659,26 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* PyServer_drain(PyServer* self, PyObject*) {
-  std::vector<Req*> events = self->hub->Take();
+  std::vector<Event> events = self->hub->Take();
   PyObject* result = PyList_New(static_cast<Py_ssize_t>(events.size()));
   size_t i = 0;
   for (; result != nullptr && i < events.size(); ++i) {
-    PyReq* wrapped = PyObject_New(PyReq, &PyReqType);
-    if (wrapped == nullptr) {
+    PyObject* item;
+    if (events[i].kind == REQUEST) {
+      PyReq* wrapped = PyObject_New(PyReq, &PyReqType);
+      if (wrapped != nullptr) wrapped->req = events[i].req;  // takes the queue's ref
+      item = reinterpret_cast<PyObject*>(wrapped);
+    } else {
+      item = PyLong_FromUnsignedLongLong(events[i].req->id);  // DISCONNECT: the request's id
+      if (item != nullptr) events[i].req->Unref();
+    }
+    if (item == nullptr) {
       Py_CLEAR(result);
       break;
     }
-    wrapped->req = events[i];  // takes the queue's ref
-    PyList_SET_ITEM(result, static_cast<Py_ssize_t>(i), reinterpret_cast<PyObject*>(wrapped));
+    PyList_SET_ITEM(result, static_cast<Py_ssize_t>(i), item);
   }
-  for (; i < events.size(); ++i) events[i]->Unref();
+  for (; i < events.size(); ++i) events[i].req->Unref();
   return result;
 }
 
@@ -660,7 +712,7 @@ void PyServer_dealloc(PyServer* self) {
     self->finished = true;
   }
   if (self->hub != nullptr) {
-    for (Req* req : self->hub->Take()) req->Unref();
+    for (Event& event : self->hub->Take()) event.req->Unref();
   }
   // workers and hub are leaked on purpose: requests still held by Python point at them (a server
   // is made once per process)
@@ -668,7 +720,8 @@ void PyServer_dealloc(PyServer* self) {
 }
 
 PyMethodDef PyServer_methods[] = {
-    {"drain", reinterpret_cast<PyCFunction>(PyServer_drain), METH_NOARGS, "Take every pending request: a list."},
+    {"drain", reinterpret_cast<PyCFunction>(PyServer_drain), METH_NOARGS, "Take every pending event: a list of Request (a new request) and int (the id of a request "
+     "whose client closed the connection before its answer ended)."},
     {"stop_accepting", reinterpret_cast<PyCFunction>(PyServer_stop_accepting), METH_NOARGS,
      "Stop accepting connections (the listening socket stays open until Python closes it)."},
     {"shutdown", reinterpret_cast<PyCFunction>(PyServer_shutdown), METH_VARARGS,
