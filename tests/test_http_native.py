@@ -232,8 +232,10 @@ def test_front_end_is_logged_and_a_wrong_value_is_one_line_error():
 
 
 # The HTTP suites once more on the native front end (the rest of the suite serves with uvicorn,
-# the default). Deselected: evhttp answers a body over TOOLKIT_MAX_REQUEST_BYTES with its own
-# 413 body (HTML) and closes the connection, where uvicorn lets the route answer with JSON.
+# the default). Deselected, the known gaps of libevent 2.1's evhttp (handlers/protocol/httpnative/
+# server.py): a body over TOOLKIT_MAX_REQUEST_BYTES gets evhttp's own 413 (HTML body, connection
+# closed) where uvicorn lets the route answer with JSON; a method evhttp does not know (schemathesis
+# sends QUERY) gets evhttp's 501 where the app answers 405.
 SUITES = (
     "tests/test_infer_fast_path.py",
     "tests/test_serve_tritonclient.py",
@@ -243,11 +245,15 @@ SUITES = (
     "tests/test_reliability_fuzz.py",
     "tests/test_reliability_drain.py",
     "tests/test_perf_analyzer.py",
+    "tests/test_triton_client_examples.py",
+    "tests/test_request_validation.py",
+    "tests/test_reliability_security.py",
 )
 KNOWN = (
     "test_malformed_generate_requests_are_client_errors and 413",
     "test_declared_body_over_the_limit_is_413_before_it_is_read",
     "test_chunked_body_over_the_limit_is_413",
+    "test_schemathesis_finds_nothing",
 )
 
 
