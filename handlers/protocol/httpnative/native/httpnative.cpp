@@ -126,9 +126,15 @@ struct Op {
   Kind kind;
   int status = 0;
   std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
+  evbuffer* body = nullptr;  // filled on Python's thread (the one copy), moved into evhttp's output
   bool close = false;  // ask the client to close the connection (draining)
 };
+
+evbuffer* BufferOf(const void* data, size_t size) {
+  evbuffer* buffer = evbuffer_new();
+  if (buffer != nullptr && size > 0) evbuffer_add(buffer, data, size);
+  return buffer;
+}
 
 struct ConnState {
   int pending = 0;  // requests handed to Python and not yet answered and written
@@ -304,6 +310,7 @@ class Worker {
     }
     for (Op& op : ops) {
       self->Apply(op);
+      if (op.body != nullptr) evbuffer_free(op.body);
       op.req->Unref();
     }
     if (stop_accepting && self->bound_ != nullptr) {
@@ -363,25 +370,18 @@ class Worker {
     bool detached = evhttp_request_get_connection(evreq) == nullptr;
     switch (op.kind) {
       case Op::REPLY: {
-        evbuffer* buffer = evbuffer_new();
         // evhttp writes whatever body it is given: none for HEAD, 204 and 304 (RFC 9110)
         bool no_body = evhttp_request_get_command(evreq) == EVHTTP_REQ_HEAD || op.status == 204 || op.status == 304;
-        if (!op.body.empty() && !no_body) evbuffer_add(buffer, op.body.data(), op.body.size());
-        evhttp_send_reply(evreq, op.status, nullptr, buffer);
-        evbuffer_free(buffer);
+        if (no_body) evbuffer_drain(op.body, evbuffer_get_length(op.body));
+        evhttp_send_reply(evreq, op.status, nullptr, op.body);  // moves the chains, no copy
         break;
       }
       case Op::START:
         evhttp_send_reply_start(evreq, op.status, nullptr);
         break;
-      case Op::WRITE: {
-        if (op.body.empty()) break;
-        evbuffer* buffer = evbuffer_new();
-        evbuffer_add(buffer, op.body.data(), op.body.size());
-        evhttp_send_reply_chunk(evreq, buffer);
-        evbuffer_free(buffer);
+      case Op::WRITE:
+        if (evbuffer_get_length(op.body) > 0) evhttp_send_reply_chunk(evreq, op.body);
         break;
-      }
       case Op::END:
         evhttp_send_reply_end(evreq);
         break;
@@ -427,7 +427,8 @@ void PyReq_dealloc(PyReq* self) {
       Op op{req, Op::REPLY};
       op.status = 500;
       op.headers.emplace_back("content-type", "application/json");
-      op.body = "{\"error\":\"internal error: no response\"}";
+      static const char kBody[] = "{\"error\":\"internal error: no response\"}";
+      op.body = BufferOf(kBody, sizeof kBody - 1);
       req->Ref();
       req->worker->Push(std::move(op));
     }
@@ -491,8 +492,9 @@ PyObject* PyReq_reply(PyReq* self, PyObject* args) {
     PyBuffer_Release(&body);
     return nullptr;
   }
-  op.body.assign(static_cast<const char*>(body.buf), static_cast<size_t>(body.len));
+  op.body = BufferOf(body.buf, static_cast<size_t>(body.len));
   PyBuffer_Release(&body);
+  if (op.body == nullptr) return PyErr_NoMemory();
   self->req->answered = true;
   self->req->Ref();
   self->req->worker->Push(std::move(op));
@@ -524,8 +526,9 @@ PyObject* PyReq_write(PyReq* self, PyObject* arg) {
     return nullptr;
   }
   Op op{self->req, Op::WRITE};
-  op.body.assign(static_cast<const char*>(body.buf), static_cast<size_t>(body.len));
+  op.body = BufferOf(body.buf, static_cast<size_t>(body.len));
   PyBuffer_Release(&body);
+  if (op.body == nullptr) return PyErr_NoMemory();
   self->req->Ref();
   self->req->worker->Push(std::move(op));
   Py_RETURN_NONE;
