@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates ./.venv (idempotent) and installs the project with the extras named in $TOOLKIT_EXTRAS
 # (default: dev, which brings cpu onnxruntime and every test dependency), then builds the native
-# gRPC front end when it can (scripts/grpc-native.sh; TOOLKIT_GRPC_NATIVE=0 skips it).
+# gRPC front end when it can (scripts/grpc-native.sh; TOOLKIT_GRPC_NATIVE=0 skips it) and the
+# native HTTP front end (scripts/http-native.sh; TOOLKIT_HTTP_NATIVE=0 skips it).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -19,3 +20,4 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 scripts/grpc-native.sh
+scripts/http-native.sh

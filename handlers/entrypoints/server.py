@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import os
+
 import uvicorn
 
 from .. import metrics, workers
@@ -42,6 +44,26 @@ class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+HTTP_FRONTEND_ENV = "TOOLKIT_HTTP_FRONTEND"
+HTTP_FRONTENDS = ("uvicorn", "native")
+
+
+def http_frontend() -> str:
+    """The HTTP front end to serve with: TOOLKIT_HTTP_FRONTEND (uvicorn unless it says native:
+    handlers/protocol/httpnative, libevent's evhttp on its own threads). ValueError, with the
+    reason, for another value or for native when its module is not built."""
+    chosen = os.environ.get(HTTP_FRONTEND_ENV, "").strip().lower() or "uvicorn"
+    if chosen not in HTTP_FRONTENDS:
+        raise ValueError(f"{HTTP_FRONTEND_ENV}={chosen!r}: expected one of {', '.join(HTTP_FRONTENDS)}")
+    if chosen == "native":
+        try:
+            from ..protocol.httpnative import server  # noqa: F401
+        except ImportError as exc:
+            raise ValueError(f"{HTTP_FRONTEND_ENV}=native but the native HTTP front end is not built "
+                             f"(handlers/protocol/httpnative/native/build.py): {exc}") from None
+    return chosen
 
 
 def _fastest(module: str, fallback: str) -> str:
@@ -133,6 +155,11 @@ def serve(
     process is one of several workers on the same ports (handlers/workers)."""
     runner = _Runner(repository, host, exit_on_error, graceful_seconds, log_level, reuse_port)
     try:
+        runner.frontend = http_frontend() if port else "uvicorn"
+    except ValueError as exc:  # TOOLKIT_HTTP_FRONTEND is wrong
+        log.error("%s", exc)
+        return 1
+    try:
         sockets = runner.bind(port, grpc_port, metrics_port)
     except OSError as exc:
         log.error("%s", exc)
@@ -151,11 +178,12 @@ class _Runner:
                  reuse_port: bool = False) -> None:
         self.repository = repository
         self.reuse_port = reuse_port
+        self.frontend = "uvicorn"  # of the HTTP port (http_frontend())
         self.host = host
         self.exit_on_error = exit_on_error
         self.graceful_seconds = graceful_seconds
         self.log_level = log_level
-        self.http: list[_Server] = []
+        self.http: list[Any] = []  # uvicorn servers, or the native HTTP front end
         self.grpc: Any = None
         self.grpc_port = 0
         self.listeners: list[Listener] = []
@@ -208,8 +236,15 @@ class _Runner:
                     sock.close()
                 return 1
             self.listeners.append(Listener("gRPC", self.host, bound))
+        frontend = self.frontend
         for kind, sock in sockets.items():
-            server = self._uvicorn(create_app(self.repository) if kind == "HTTP" else _metrics_app(self.repository), sock)
+            if kind == "HTTP" and frontend == "native":
+                from ..protocol.httpnative.server import NativeHttpServer
+
+                server: Any = NativeHttpServer(create_app(self.repository), graceful_seconds=self.graceful_seconds)
+            else:
+                server = self._uvicorn(create_app(self.repository) if kind == "HTTP" else _metrics_app(self.repository),
+                                       sock)
             self.http.append(server)
             tasks.append(asyncio.ensure_future(server.serve(sockets=[sock])))
             self.listeners.append(Listener(kind, self.host, sock.getsockname()[1]))
@@ -219,6 +254,8 @@ class _Runner:
             on_listening(self.listeners)
         for listener in self.listeners:
             log.info("listening: %s", listener)
+        if "HTTP" in sockets:
+            log.info("HTTP front end: %s", frontend)
 
         handled = (signal.SIGINT, signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():

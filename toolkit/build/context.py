@@ -217,7 +217,9 @@ def copy_runtime(destination: Path) -> None:
     """Copy the `handlers` package (sources only) after checking what it imports. A native gRPC
     front end built in the tree (handlers/protocol/grpc/_grpcnative*.so, linked against this
     machine's grpc++) stays out, with its C++ source and build script (handlers/protocol/grpc/native,
-    build-time code): the image serves gRPC with grpcio's server, or with the front end's wheel."""
+    build-time code): the image serves gRPC with grpcio's server, or with the front end's wheel.
+    The native HTTP front end (handlers/protocol/httpnative/_httpnative*.so and its native/) stays
+    out too: images serve HTTP with uvicorn."""
     import handlers
 
     package = Path(handlers.__file__).resolve().parent
@@ -230,7 +232,7 @@ def copy_runtime(destination: Path) -> None:
     shutil.copytree(
         package,
         destination / RUNTIME_PACKAGE,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "_grpcnative*", "native"),
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "_grpcnative*", "_httpnative*", "native"),
         copy_function=shutil.copyfile,
     )
 

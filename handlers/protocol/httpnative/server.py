@@ -1,0 +1,271 @@
+"""Serve the runtime's ASGI app behind the native HTTP/1.1 front end (libevent's evhttp).
+
+evhttp's threads accept connections and parse whole requests off the GIL; the asyncio loop takes
+every complete request in one call when an eventfd wakes it (as the native gRPC front end does,
+handlers/protocol/grpc/nativeserver.py). Each request then runs:
+
+- an inference request the ASGI fast path would take (`app.infer_target`): straight to
+  `routes.run_infer`, the same handler the FastAPI route and the fast path run;
+- anything else: the same FastAPI app, through a small ASGI adapter (scope / receive / send), so
+  routes, statuses, headers and messages are the app's own. A response whose body comes in
+  several messages (`generate_stream`'s SSE) goes out chunk by chunk.
+
+`NativeHttpServer` has the part of `uvicorn.Server`'s interface the runner uses: `serve(sockets)`
+until `should_exit` is set, then drain: stop accepting (the listening socket is closed, so new
+connections are refused), close idle keep-alive connections, let the requests in flight finish
+(answered with `Connection: close`) for up to `graceful_seconds`, then cancel what is left.
+
+Known differences from uvicorn (first part; docs/performance.md): a body over
+TOOLKIT_MAX_REQUEST_BYTES is refused by evhttp itself (413 with its own short HTML body, before
+the body is buffered) on every route, where uvicorn lets the infer route answer 413 with a JSON
+message; malformed requests get evhttp's 400. A client closing its connection while its request
+is in flight is seen at once (EPOLLRDHUP): the app's `receive` answers `http.disconnect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import unquote
+
+from ... import limits
+from ...app import infer_target, internal_error_reply, reply_headers
+from ..routes import InferHeaders, run_infer
+
+from . import _httpnative  # built in the tree (native/build.py; images do not ship it yet)
+
+log = logging.getLogger("handlers.protocol.httpnative")
+
+_ASGI = {"version": "3.0", "spec_version": "2.3"}
+_INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")],
+                   b"Internal Server Error")
+
+
+async def _one(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+def _split_target(uri: bytes) -> tuple[bytes, bytes]:
+    """(raw path, query string) of a request target (origin form, or absolute form)."""
+    if not uri.startswith(b"/"):
+        scheme, sep, rest = uri.partition(b"://")
+        if sep:
+            slash = rest.find(b"/")
+            uri = rest[slash:] if slash >= 0 else b"/"
+    raw_path, _, query = uri.partition(b"?")
+    return raw_path, query
+
+
+class NativeHttpServer:
+    """Serve `app` (handlers/app.py's RuntimeApp) on a bound, listening socket."""
+
+    def __init__(self, app: Any, *, graceful_seconds: float = 30.0, keep_alive_seconds: float = 75.0,
+                 threads: int = 1) -> None:
+        self.app = app
+        self.graceful_seconds = graceful_seconds
+        self.keep_alive_seconds = keep_alive_seconds
+        self.threads = threads
+        self.started = False
+        self._exit: asyncio.Event | None = None
+        self._should_exit = False
+        self._native: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._exchanges: dict[int, _Exchange] = {}  # by request id: those the ASGI app serves
+        self._server: tuple[str, int] | None = None
+        self._draining = False
+
+    # -- the part of uvicorn.Server the runner uses -------------------------------------------
+
+    @property
+    def should_exit(self) -> bool:
+        return self._should_exit
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self._should_exit = value
+        if value and self._exit is not None:
+            self._exit.set()
+
+    async def serve(self, sockets: list[socket.socket]) -> None:
+        (sock,) = sockets
+        self._loop = asyncio.get_running_loop()
+        self._exit = asyncio.Event()
+        if self._should_exit:
+            self._exit.set()
+        host, port = sock.getsockname()[:2]
+        self._server = (host, port)
+        self._native = _httpnative.Server(sock.fileno(), limits.LIMITS.max_request_bytes, self.threads,
+                                          self.keep_alive_seconds)
+        self._loop.add_reader(self._native.fileno(), self._drain)
+        self.started = True
+        self._drain()
+        try:
+            await self._exit.wait()
+        finally:
+            await self._shutdown(sock)
+
+    async def _shutdown(self, sock: socket.socket) -> None:
+        loop = self._loop
+        assert loop is not None
+        self._draining = True
+        self._native.stop_accepting()
+        sock.close()  # with the workers' copies gone too, the kernel refuses new connections
+        await loop.run_in_executor(None, self._native.shutdown, self.graceful_seconds)
+        self._drain()
+        loop.remove_reader(self._native.fileno())
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        loop = self._loop
+        assert loop is not None
+        for event in self._native.drain():
+            if type(event) is int:  # the client of that request closed its connection
+                exchange = self._exchanges.pop(event, None)
+                if exchange is not None:
+                    exchange.disconnect()
+                continue
+            task = loop.create_task(self._handle(event))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _scope(self, request: Any) -> dict[str, Any]:
+        raw_path, query = _split_target(request.uri)
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(path)
+        return {
+            "type": "http",
+            "asgi": _ASGI,
+            "http_version": request.http_version,
+            "server": self._server,
+            "client": request.client,
+            "scheme": "http",
+            "method": request.method,
+            "root_path": "",
+            "path": path,
+            "raw_path": raw_path,
+            "query_string": query,
+            "headers": request.headers(),
+        }
+
+    async def _handle(self, request: Any) -> None:
+        scope = self._scope(request)
+        target = infer_target(scope)
+        if target is not None:
+            try:
+                reply = await run_infer(self.app.state.repository, *target, InferHeaders.from_raw(scope["headers"]),
+                                        _one(request.body()))
+            except Exception as exc:
+                reply = internal_error_reply(scope, exc)
+            request.reply(reply.status, reply_headers(reply), reply.body, self._draining)
+            return
+        exchange = _Exchange(request, self._draining)
+        self._exchanges[request.id] = exchange
+        try:
+            await exchange.run(self.app, scope)
+        finally:
+            self._exchanges.pop(request.id, None)
+
+
+class _Exchange:
+    """One request through the ASGI app (receive / send) onto the native request."""
+
+    __slots__ = ("_body", "_close", "_disconnected", "_done", "_finished", "_headers", "_request", "_status",
+                 "_streaming")
+
+    def __init__(self, request: Any, close: bool) -> None:
+        self._request = request
+        self._close = close
+        self._body: bytes | None = request.body()
+        self._status: int | None = None
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._streaming = False
+        self._done = False
+        self._disconnected = False
+        self._finished: asyncio.Future[None] | None = None
+
+    def disconnect(self) -> None:
+        """The client left: `receive` answers http.disconnect, what is sent goes nowhere."""
+        self._disconnected = True
+        self._wake()
+
+    async def run(self, app: Any, scope: dict[str, Any]) -> None:
+        try:
+            await app(scope, self.receive, self.send)
+        except Exception:
+            log.exception("exception in the ASGI application serving %s %s", scope["method"], scope["path"])
+            self._abandon()
+            return
+        except asyncio.CancelledError:
+            self._abandon()
+            raise
+        if not self._done:
+            if self._status is None:
+                log.error("the ASGI application returned without a response (%s %s)", scope["method"], scope["path"])
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """uvicorn's answer to an app that failed: 500 when nothing was sent, else end the body."""
+        if self._done:
+            return
+        self._done = True
+        if self._streaming:
+            self._request.end()
+        else:
+            status, headers, body = _INTERNAL_ERROR
+            self._request.reply(status, headers, body, True)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._finished is not None and not self._finished.done():
+            self._finished.set_result(None)
+
+    async def receive(self) -> dict[str, Any]:
+        body = self._body
+        if body is not None:
+            self._body = None
+            return {"type": "http.request", "body": body, "more_body": False}
+        if not self._done and not self._disconnected:  # wait for the response to end or the client to leave
+            self._finished = asyncio.get_running_loop().create_future()
+            await self._finished
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self._status is not None:
+                raise RuntimeError("http.response.start sent twice")
+            self._status = message["status"]
+            self._headers = [(bytes(k), bytes(v)) for k, v in message.get("headers", ())]
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        if self._status is None:
+            raise RuntimeError("http.response.body before http.response.start")
+        if self._done or self._disconnected:
+            return  # as uvicorn: a body after the end, or after the client left, is dropped
+        body = message.get("body", b"")
+        more = message.get("more_body", False)
+        if not self._streaming and not more:
+            self._done = True
+            self._request.reply(self._status, self._headers, body, self._close)
+            self._wake()
+            return
+        if not self._streaming:
+            self._streaming = True
+            self._request.start(self._status, self._headers, self._close)
+        if body:
+            self._request.write(body)
+        if not more:
+            self._done = True
+            self._request.end()
+            self._wake()
