@@ -17,7 +17,7 @@ Modes:
   requests, 40 us of busy CPU per batch), settled with `call_soon_threadsafe`, as
   handlers/batching/batcher.py's `infer` does.
 - `native`: the grpc++ front end (handlers/protocol/grpc/native, built by
-  handlers/protocol/grpc/native/build.py) on uvloop: grpc++'s threads receive each RPC as bytes
+  handlers/protocol/native/build.py grpc) on uvloop: grpc++'s threads receive each RPC as bytes
   and wake the loop through an eventfd; the loop takes every waiting call in one native call,
   parses (upb) and answers, the reply returned at once.
 - `native+handoff`: as `native`, each RPC waiting for the batcher-like thread as in `aio+handoff`.

@@ -5,7 +5,7 @@ front end (TOOLKIT_GRPC_FRONTEND).
 
 The whole gRPC suite (tests/test_grpc_*.py, decoupled, workers, fuzz) runs against the default
 front end, native when built; tests/test_grpc_fallback.py runs it again on grpcio's server. Without
-the extension these tests skip locally (build it: handlers/protocol/grpc/native/build.py) and
+the extension these tests skip locally (build it: handlers/protocol/native/build.py grpc) and
 fail in CI (TOOLKIT_REQUIRE_TOOLS=1).
 """
 
@@ -37,7 +37,7 @@ ADD_SUB = """
 def _native_built() -> None:
     if not grpc_server.native_available():
         message = ("the native gRPC front end is not built: "
-                   f"{sys.executable} handlers/protocol/grpc/native/build.py (needs libgrpc++-dev)")
+                   f"{sys.executable} handlers/protocol/native/build.py grpc (needs libgrpc++-dev)")
         if os.environ.get("TOOLKIT_REQUIRE_TOOLS") == "1":
             pytest.fail(message)
         pytest.skip(message)

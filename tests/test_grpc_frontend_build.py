@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import subprocess
 import sys
 import zipfile
 from dataclasses import replace
@@ -58,6 +59,15 @@ def test_cache_key_follows_the_sources_python_and_arch(tmp_path):
         assert gf.cache_key("cp311", "x86_64", tuple(sources)) != key
         changed.write_bytes(text)
     assert gf.cache_key("cp311", "x86_64", tuple(sources)) == key
+
+
+def test_cache_key_hashes_every_file_the_build_reads():
+    """The shared builder lists what `build.py grpc` reads (the C++ source, the shared header,
+    itself): the cache key hashes exactly those files, so a change to any of them builds anew."""
+    listed = subprocess.run([sys.executable, str(gf.BUILD_SCRIPT), "grpc", "--sources"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert [Path(p) for p in listed] == list(gf.SOURCES)
+    assert all(Path(p).is_file() for p in listed)
 
 
 @pytest.mark.parametrize(("filename", "glibc"), [
@@ -114,7 +124,7 @@ def test_another_python_or_arch_falls_back_with_the_way_to_get_it(tmp_path, monk
     chosen = gf.choose_frontend("auto", _base(python=other), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source) == ("grpcio", "fallback")
     assert f"the image's Python is {other} and the one running toolkit {HOST}" in chosen.reason
-    assert GRPC_NATIVE_WHEELS_ENV in chosen.reason and "build.py --wheel" in chosen.reason
+    assert GRPC_NATIVE_WHEELS_ENV in chosen.reason and "build.py grpc --wheel" in chosen.reason
     assert chosen.line().startswith("gRPC front end: grpcio's server, not the native one")
     arch = "aarch64" if gf.host_arch() != "aarch64" else "x86_64"
     assert f"the image is {arch}" in gf.choose_frontend("auto", _base(arch=arch), cache_dir=tmp_path).reason

@@ -61,7 +61,7 @@ def http_frontend() -> str:
             from ..protocol.httpnative import server  # noqa: F401
         except ImportError as exc:
             raise ValueError(f"{HTTP_FRONTEND_ENV}=native but the native HTTP front end is not built "
-                             f"(handlers/protocol/httpnative/native/build.py): {exc}") from None
+                             f"(handlers/protocol/native/build.py http): {exc}") from None
     return chosen
 
 

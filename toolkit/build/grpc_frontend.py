@@ -2,13 +2,13 @@
 
 The native front end (handlers/protocol/grpc/native, docs/grpc.md) enters an image as a
 self-contained wheel, `toolkit-grpcnative`: the `_grpcnative` module with grpc++ and the
-libraries it links, repaired by auditwheel (handlers/protocol/grpc/native/build.py --wheel). No
+libraries it links, repaired by auditwheel (handlers/protocol/native/build.py grpc --wheel). No
 package index carries it, so `toolkit build` finds or makes it, in this order:
 
 1. `TOOLKIT_GRPC_NATIVE_WHEELS=DIR`: the user's wheel for the image's Python, arch and glibc
    (none in DIR: an error, as the user asked for it);
 2. the wheel cache (`<wheel cache>/grpcnative/<key>/`), keyed by the front end's sources
-   (grpcnative.cpp and build.py), the Python tag and the arch: a second build reuses it, a changed
+   (every file build.py reads: grpcnative.cpp, frontend.h, build.py), the Python tag and the arch: a second build reuses it, a changed
    source builds again;
 3. built now by build.py --wheel with the Python running toolkit, when its major.minor and arch
    are the image's (a wheel is specific to both), then cached.
@@ -48,9 +48,10 @@ from .runtime_deps import GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV, RuntimeRequiremen
 
 CHOICES = ("auto", "native", "grpcio")
 CACHE_FOLDER = "grpcnative"
-NATIVE_DIR = Path(handlers.__file__).resolve().parent / "protocol" / "grpc" / "native"
-BUILD_SCRIPT = NATIVE_DIR / "build.py"
-SOURCES = (NATIVE_DIR / "grpcnative.cpp", BUILD_SCRIPT)
+PROTOCOL_DIR = Path(handlers.__file__).resolve().parent / "protocol"
+BUILD_SCRIPT = PROTOCOL_DIR / "native" / "build.py"
+# every file `build.py grpc` reads (what `build.py grpc --sources` lists)
+SOURCES = (PROTOCOL_DIR / "grpc" / "native" / "grpcnative.cpp", PROTOCOL_DIR / "native" / "frontend.h", BUILD_SCRIPT)
 BUILD_TIMEOUT_S = 1800
 BUILD_DEPENDENCIES = "g++, pkg-config and libgrpc++-dev (Debian/Ubuntu: apt-get install g++ pkg-config libgrpc++-dev)"
 WHEEL_GLOB = "toolkit_grpcnative-*.whl"
@@ -205,7 +206,7 @@ def _build(folder: Path, progress: Progress | None) -> tuple[Path, float]:
     try:
         try:
             process = subprocess.run(
-                [sys.executable, str(BUILD_SCRIPT), "--wheel", str(scratch)], capture_output=True, text=True,
+                [sys.executable, str(BUILD_SCRIPT), "grpc", "--wheel", str(scratch)], capture_output=True, text=True,
                 check=False, timeout=BUILD_TIMEOUT_S,
             )
         except subprocess.TimeoutExpired:
@@ -243,13 +244,13 @@ def _native(base: BaseImage, cache_dir: Path, refresh: bool, progress: Progress 
         raise Unavailable(
             f"the image is {base.arch} and this machine {arch} (the wheel is compiled here): build on a {base.arch} "
             f"machine, or set {GRPC_NATIVE_WHEELS_ENV}=DIR to a folder with a {base.arch} wheel made by "
-            f"handlers/protocol/grpc/native/build.py --wheel DIR"
+            f"handlers/protocol/native/build.py grpc --wheel DIR"
         )
     if base.python != python:
         raise Unavailable(
             f"the image's Python is {base.python} and the one running toolkit {python} (the wheel is built with it): "
             f"run toolkit build with Python {base.python}, or make the wheel with it (python{base.python} "
-            f"handlers/protocol/grpc/native/build.py --wheel DIR) and set {GRPC_NATIVE_WHEELS_ENV}=DIR"
+            f"handlers/protocol/native/build.py grpc --wheel DIR) and set {GRPC_NATIVE_WHEELS_ENV}=DIR"
         )
     folder = cache_dir / CACHE_FOLDER / cache_key(base.python_tag, arch)[:32]
     wheel = None if refresh else _cached(folder)

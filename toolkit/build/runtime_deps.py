@@ -111,7 +111,7 @@ GRPC: tuple[RuntimeRequirement, ...] = (
     RuntimeRequirement("grpcio-health-checking>=1.81.1,<1.82", ("grpc_health",)),
     RuntimeRequirement("protobuf>=6.33.5,<7", ("google.protobuf",)),
 )
-# The native gRPC front end as a wheel (handlers/protocol/grpc/native/build.py --wheel), which
+# The native gRPC front end as a wheel (handlers/protocol/native/build.py grpc --wheel), which
 # handlers.protocol.grpc.nativeserver imports when its in-tree module is absent. Not on PyPI: a
 # gRPC image takes it from TOOLKIT_GRPC_NATIVE_WHEELS (grpc_native_requirement), else builds it
 # on demand and caches it (toolkit/build/grpc_frontend.py); otherwise it serves gRPC with grpcio's
@@ -132,7 +132,7 @@ def grpc_native_requirement(python: str, arch: str) -> RuntimeRequirement | None
     if not found:
         raise ValueError(
             f"{GRPC_NATIVE_WHEELS_ENV}={folder} holds no toolkit_grpcnative wheel for Python {python} on {arch} "
-            f"({tag}): build one with that Python: python handlers/protocol/grpc/native/build.py --wheel {folder}"
+            f"({tag}): build one with that Python: python handlers/protocol/native/build.py grpc --wheel {folder}"
         )
     return RuntimeRequirement(str(found[-1].resolve()), GRPC_NATIVE.imports)
 

@@ -9,7 +9,7 @@ its extension is built) or grpcio's asyncio server.
 - `settings`: log and trace settings.
 - `server`: the listener (`GrpcServer`), health, message size limits, drain, the front end.
 - `nativeserver`: the native front end: grpcio method handlers run on the loop for calls that
-  grpc++ receives (`_grpcnative`, built from `native/grpcnative.cpp` by `native/build.py`).
+  grpc++ receives (`_grpcnative`, built from `native/grpcnative.cpp` by `../native/build.py grpc`).
 
 Only gRPC images (and `toolkit serve`) import this package: it needs grpcio, grpcio-health-checking
 and protobuf, which HTTP-only images do not carry.

@@ -32,7 +32,7 @@ from typing import Any
 
 import grpc
 
-try:  # built in the tree (handlers/protocol/grpc/native/build.py) ...
+try:  # built in the tree (handlers/protocol/native/build.py grpc) ...
     from . import _grpcnative
 except ImportError:  # ... or installed as a wheel (build.py --wheel); neither: the caller falls back
     from toolkit_grpcnative import _grpcnative

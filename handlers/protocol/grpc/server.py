@@ -52,7 +52,7 @@ def frontend() -> str:
         raise ValueError(f"{FRONTEND_ENV}={chosen!r}: expected one of {', '.join(FRONTENDS)}")
     if chosen == "native" and not native_available():
         raise ValueError(f"{FRONTEND_ENV}=native but the native gRPC front end is not built "
-                         "(handlers/protocol/grpc/native/build.py)")
+                         "(handlers/protocol/native/build.py grpc)")
     if chosen:
         return chosen
     return "native" if native_available() else "grpcio"

@@ -35,7 +35,7 @@ from ... import limits
 from ...app import infer_target, internal_error_reply, reply_headers
 from ..routes import InferHeaders, run_infer
 
-from . import _httpnative  # built in the tree (native/build.py; images do not ship it yet)
+from . import _httpnative  # built in the tree (handlers/protocol/native/build.py http; images do not ship it yet)
 
 log = logging.getLogger("handlers.protocol.httpnative")
 

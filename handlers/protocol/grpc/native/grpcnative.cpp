@@ -16,9 +16,6 @@
 #include <Python.h>
 #include <structmember.h>
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <thread>
@@ -33,6 +30,8 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/byte_buffer.h>
+
+#include "frontend.h"  // handlers/protocol/native: the queue to the asyncio loop
 
 namespace {
 
@@ -104,46 +103,22 @@ struct Event {
   Call* call;  // holds a ref
   int kind;
   grpc::ByteBuffer payload;
+
+  Event(Call* c, int k) : call(c), kind(k) {}
+  Event(Event&& other) noexcept : call(other.call), kind(other.kind) { payload.Swap(&other.payload); }
 };
 
 // The queue between grpc++'s threads and the asyncio loop.
 class Hub {
  public:
-  Hub() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~Hub() {
-    if (fd_ >= 0) close(fd_);
-  }
-
   void Push(Call* call, int kind, grpc::ByteBuffer* payload) {
     call->Ref();
-    std::lock_guard<std::mutex> lock(mu_);
-    bool was_empty = events_.empty();
-    events_.push_back(Event{call, kind, grpc::ByteBuffer()});
-    if (payload != nullptr) events_.back().payload.Swap(payload);
-    if (was_empty) {
-      uint64_t one = 1;
-      ssize_t written = write(fd_, &one, sizeof one);
-      (void)written;
-    }
+    Event event(call, kind);
+    if (payload != nullptr) event.payload.Swap(payload);
+    queue.Push(std::move(event));
   }
 
-  std::vector<Event> Take() {
-    std::vector<Event> taken;
-    std::lock_guard<std::mutex> lock(mu_);
-    taken.swap(events_);
-    uint64_t count;
-    ssize_t got = read(fd_, &count, sizeof count);  // the eventfd is set iff events_ was non-empty
-    (void)got;
-    return taken;
-  }
-
-  int fd() const { return fd_; }
-  std::atomic<bool> closing{false};
-
- private:
-  int fd_;
-  std::mutex mu_;
-  std::vector<Event> events_;
+  frontend::EventQueue<Event> queue;
 };
 
 // Python's answers, handed to grpc++ on this thread: starting a write or a finish runs part of
@@ -601,11 +576,7 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* PyServer_drain(PyServer* self, PyObject*) {
-  std::vector<Event> events = self->hub->Take();
-  PyObject* result = PyList_New(static_cast<Py_ssize_t>(events.size()));
-  size_t i = 0;
-  for (; result != nullptr && i < events.size(); ++i) {
-    Event& event = events[i];
+  auto wrap = [](Event& event) -> PyObject* {
     PyObject* call = WrapCall(event.call);
     PyObject* payload;
     if (event.kind == MESSAGE) {
@@ -615,22 +586,14 @@ PyObject* PyServer_drain(PyServer* self, PyObject*) {
       Py_INCREF(payload);
     }
     event.call->Unref();
-    PyObject* item = nullptr;
-    if (call && payload) {
-      item = Py_BuildValue("(NiN)", call, event.kind, payload);
-    } else {
+    if (call == nullptr || payload == nullptr) {
       Py_XDECREF(call);
       Py_XDECREF(payload);
+      return nullptr;
     }
-    if (item == nullptr) {
-      Py_CLEAR(result);
-      ++i;
-      break;
-    }
-    PyList_SET_ITEM(result, static_cast<Py_ssize_t>(i), item);
-  }
-  for (; i < events.size(); ++i) events[i].call->Unref();
-  return result;
+    return Py_BuildValue("(NiN)", call, event.kind, payload);
+  };
+  return frontend::DrainList(self->hub->queue, wrap, [](Event& event) { event.call->Unref(); });
 }
 
 PyObject* PyServer_shutdown(PyServer* self, PyObject* args) {
@@ -647,7 +610,7 @@ PyObject* PyServer_shutdown(PyServer* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-PyObject* PyServer_fileno(PyServer* self, PyObject*) { return PyLong_FromLong(self->hub->fd()); }
+PyObject* PyServer_fileno(PyServer* self, PyObject*) { return PyLong_FromLong(self->hub->queue.fd()); }
 
 void PyServer_dealloc(PyServer* self) {
   if (self->server != nullptr) {
@@ -658,7 +621,7 @@ void PyServer_dealloc(PyServer* self) {
     Py_END_ALLOW_THREADS
   }
   if (self->hub != nullptr) {
-    for (Event& event : self->hub->Take()) event.call->Unref();
+    for (Event& event : self->hub->queue.Take()) event.call->Unref();
   }
   // the service and hub are leaked on purpose when calls may still reference them (never freed
   // before the server: a server is made once per process)
@@ -699,7 +662,6 @@ PyMODINIT_FUNC PyInit__grpcnative(void) {
   PyCallType.tp_members = PyCall_members;
   PyCallType.tp_getset = PyCall_getset;
   PyCallType.tp_doc = "One gRPC call (made by Server.drain).";
-  if (PyType_Ready(&PyCallType) < 0) return nullptr;
 
   PyServerType.tp_name = "_grpcnative.Server";
   PyServerType.tp_basicsize = sizeof(PyServer);
@@ -713,14 +675,13 @@ PyMODINIT_FUNC PyInit__grpcnative(void) {
   PyServerType.tp_doc =
       "Server(address, max_receive, max_send, reuse_port): listen and start; "
       "`port` is the bound port.";
-  if (PyType_Ready(&PyServerType) < 0) return nullptr;
 
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
-  Py_INCREF(&PyServerType);
-  PyModule_AddObject(module, "Server", reinterpret_cast<PyObject*>(&PyServerType));
-  Py_INCREF(&PyCallType);
-  PyModule_AddObject(module, "Call", reinterpret_cast<PyObject*>(&PyCallType));
+  if (!frontend::AddType(module, &PyServerType, "Server") || !frontend::AddType(module, &PyCallType, "Call")) {
+    Py_DECREF(module);
+    return nullptr;
+  }
   PyModule_AddIntConstant(module, "MESSAGE", MESSAGE);
   PyModule_AddIntConstant(module, "HALF_CLOSE", HALF_CLOSE);
   PyModule_AddIntConstant(module, "CANCELLED", CANCELLED);

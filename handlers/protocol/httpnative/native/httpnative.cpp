@@ -26,7 +26,6 @@
 #include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/thread.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -40,6 +39,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "frontend.h"  // handlers/protocol/native: the queue to the asyncio loop
 
 namespace {
 
@@ -84,39 +85,10 @@ struct Event {
 // The queue between the libevent threads and the asyncio loop.
 class Hub {
  public:
-  Hub() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~Hub() {
-    if (fd_ >= 0) close(fd_);
-  }
+  void Push(int kind, Req* req) { queue.Push(Event{kind, req}); }  // takes the caller's ref
 
-  void Push(int kind, Req* req) {  // takes the caller's ref
-    std::lock_guard<std::mutex> lock(mu_);
-    bool was_empty = events_.empty();
-    events_.push_back(Event{kind, req});
-    if (was_empty) {
-      uint64_t one = 1;
-      ssize_t written = write(fd_, &one, sizeof one);
-      (void)written;
-    }
-  }
-
-  std::vector<Event> Take() {
-    std::vector<Event> taken;
-    std::lock_guard<std::mutex> lock(mu_);
-    taken.swap(events_);
-    uint64_t count;
-    ssize_t got = read(fd_, &count, sizeof count);  // set iff events_ was non-empty
-    (void)got;
-    return taken;
-  }
-
-  int fd() const { return fd_; }
+  frontend::EventQueue<Event> queue;
   std::atomic<uint64_t> next_id{1};
-
- private:
-  int fd_;
-  std::mutex mu_;
-  std::vector<Event> events_;
 };
 
 // Python's answers, applied on the worker's thread.
@@ -662,27 +634,21 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* PyServer_drain(PyServer* self, PyObject*) {
-  std::vector<Event> events = self->hub->Take();
-  PyObject* result = PyList_New(static_cast<Py_ssize_t>(events.size()));
-  size_t i = 0;
-  for (; result != nullptr && i < events.size(); ++i) {
-    PyObject* item;
-    if (events[i].kind == REQUEST) {
+  auto wrap = [](Event& event) -> PyObject* {
+    if (event.kind == REQUEST) {
       PyReq* wrapped = PyObject_New(PyReq, &PyReqType);
-      if (wrapped != nullptr) wrapped->req = events[i].req;  // takes the queue's ref
-      item = reinterpret_cast<PyObject*>(wrapped);
-    } else {
-      item = PyLong_FromUnsignedLongLong(events[i].req->id);  // DISCONNECT: the request's id
-      if (item != nullptr) events[i].req->Unref();
+      if (wrapped == nullptr) {
+        event.req->Unref();
+        return nullptr;
+      }
+      wrapped->req = event.req;  // takes the queue's ref
+      return reinterpret_cast<PyObject*>(wrapped);
     }
-    if (item == nullptr) {
-      Py_CLEAR(result);
-      break;
-    }
-    PyList_SET_ITEM(result, static_cast<Py_ssize_t>(i), item);
-  }
-  for (; i < events.size(); ++i) events[i].req->Unref();
-  return result;
+    PyObject* id = PyLong_FromUnsignedLongLong(event.req->id);  // DISCONNECT: the request's id
+    event.req->Unref();
+    return id;
+  };
+  return frontend::DrainList(self->hub->queue, wrap, [](Event& event) { event.req->Unref(); });
 }
 
 PyObject* PyServer_stop_accepting(PyServer* self, PyObject*) {
@@ -704,7 +670,7 @@ PyObject* PyServer_shutdown(PyServer* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-PyObject* PyServer_fileno(PyServer* self, PyObject*) { return PyLong_FromLong(self->hub->fd()); }
+PyObject* PyServer_fileno(PyServer* self, PyObject*) { return PyLong_FromLong(self->hub->queue.fd()); }
 
 void PyServer_dealloc(PyServer* self) {
   if (self->workers != nullptr && !self->finished) {
@@ -715,7 +681,7 @@ void PyServer_dealloc(PyServer* self) {
     self->finished = true;
   }
   if (self->hub != nullptr) {
-    for (Event& event : self->hub->Take()) event.req->Unref();
+    for (Event& event : self->hub->queue.Take()) event.req->Unref();
   }
   // workers and hub are leaked on purpose: requests still held by Python point at them (a server
   // is made once per process)
@@ -754,7 +720,6 @@ PyMODINIT_FUNC PyInit__httpnative(void) {
   PyReqType.tp_methods = PyReq_methods;
   PyReqType.tp_getset = PyReq_getset;
   PyReqType.tp_doc = "One HTTP request (made by Server.drain).";
-  if (PyType_Ready(&PyReqType) < 0) return nullptr;
 
   PyServerType.tp_name = "_httpnative.Server";
   PyServerType.tp_basicsize = sizeof(PyServer);
@@ -766,13 +731,12 @@ PyMODINIT_FUNC PyInit__httpnative(void) {
   PyServerType.tp_doc =
       "Server(fd, max_body, threads=1, timeout=75.0): serve HTTP on the listening socket "
       "`fd` (duplicated; the caller keeps and closes its own).";
-  if (PyType_Ready(&PyServerType) < 0) return nullptr;
 
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
-  Py_INCREF(&PyServerType);
-  PyModule_AddObject(module, "Server", reinterpret_cast<PyObject*>(&PyServerType));
-  Py_INCREF(&PyReqType);
-  PyModule_AddObject(module, "Request", reinterpret_cast<PyObject*>(&PyReqType));
+  if (!frontend::AddType(module, &PyServerType, "Server") || !frontend::AddType(module, &PyReqType, "Request")) {
+    Py_DECREF(module);
+    return nullptr;
+  }
   return module;
 }
