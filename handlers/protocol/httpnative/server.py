@@ -15,11 +15,14 @@ until `should_exit` is set, then drain: stop accepting (the listening socket is 
 connections are refused), close idle keep-alive connections, let the requests in flight finish
 (answered with `Connection: close`) for up to `graceful_seconds`, then cancel what is left.
 
-Known differences from uvicorn (first part; docs/performance.md): a body over
-TOOLKIT_MAX_REQUEST_BYTES is refused by evhttp itself (413 with its own short HTML body, before
-the body is buffered) on every route, where uvicorn lets the infer route answer 413 with a JSON
-message; malformed requests get evhttp's 400. A client closing its connection while its request
-is in flight is seen at once (EPOLLRDHUP): the app's `receive` answers `http.disconnect`.
+Answers given without the app (native/httpnative.cpp reads each request head before evhttp
+does): a declared body over TOOLKIT_MAX_REQUEST_BYTES gets the routes' JSON 413 at once, before
+any of it is read (then the connection ends; evhttp reads and drops the body); a chunked body
+passing the limit, a malformed request (400) and a failed `Expect` (417) get evhttp's answer with
+a JSON `{"error": ...}` body instead of its HTML page, and the connection ends after the client
+stops sending. Methods evhttp 2.1 does not know (QUERY, PROPFIND, ...) reach the app by name. A
+client closing its connection while its request is in flight is seen at once (EPOLLRDHUP): the
+app's `receive` answers `http.disconnect`.
 """
 
 from __future__ import annotations
@@ -33,11 +36,14 @@ from urllib.parse import unquote
 
 from ... import limits
 from ...app import infer_target, internal_error_reply, reply_headers
+from ..codec import encode_error
 from ..routes import InferHeaders, run_infer
 
-from . import _httpnative  # built in the tree (handlers/protocol/native/build.py http; images do not ship it yet)
+from . import _httpnative  # built in the tree (handlers/protocol/native/build.py http)
 
 log = logging.getLogger("handlers.protocol.httpnative")
+
+BAD_REQUEST = "Invalid HTTP request received."  # uvicorn's words for a request it cannot parse
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")],
@@ -57,6 +63,20 @@ def _split_target(uri: bytes) -> tuple[bytes, bytes]:
             uri = rest[slash:] if slash >= 0 else b"/"
     raw_path, _, query = uri.partition(b"?")
     return raw_path, query
+
+
+_SIZE_MARK = 987654321987654321
+
+
+def refusals(limit: int) -> dict[str, bytes]:
+    """The JSON bodies of the answers the front end gives without the app (the runtime's own
+    messages, as the routes give them under uvicorn): 413 for a declared body over `limit`
+    (prefix + size + suffix), 413 for a chunked one passing it, 400 for a malformed request."""
+    declared = encode_error(str(limits.body_too_large(limit, _SIZE_MARK)))
+    prefix, suffix = declared.split(str(_SIZE_MARK).encode())
+    return {"declared_prefix": prefix, "declared_suffix": suffix,
+            "too_large": encode_error(str(limits.body_too_large(limit))),
+            "bad_request": encode_error(BAD_REQUEST)}
 
 
 class NativeHttpServer:
@@ -99,7 +119,7 @@ class NativeHttpServer:
         host, port = sock.getsockname()[:2]
         self._server = (host, port)
         self._native = _httpnative.Server(sock.fileno(), limits.LIMITS.max_request_bytes, self.threads,
-                                          self.keep_alive_seconds)
+                                          self.keep_alive_seconds, **refusals(limits.LIMITS.max_request_bytes))
         self._loop.add_reader(self._native.fileno(), self._drain)
         self.started = True
         self._drain()

@@ -11,9 +11,16 @@
 // streamed body); each answer is queued to the request's libevent thread, which is woken by an
 // event made active from Python's thread (evthread_use_pthreads), and written there.
 //
-// A body over the limit is refused by evhttp with 413 before it is buffered (a declared one before
-// any of it is read; a chunked one as soon as it passes the limit), then read and dropped
-// (lingering close) so the client sees the answer. libevent threads never touch Python objects.
+// Each connection's request heads are read once more, before evhttp parses them (a callback on
+// its input buffer: `Head`), for what evhttp 2.1 cannot do itself:
+// - a declared body over the limit is answered 413 with the JSON error at once, before any of
+//   it is read; the connection then ends (evhttp reads and drops the body, so the client sees
+//   the answer: lingering close);
+// - a method evhttp does not know (QUERY, PROPFIND, ...) reaches Python by its name (evhttp 2.1
+//   keeps none), and a body it would not read for one (or for HEAD, TRACE) is dropped;
+// - the answers evhttp still writes itself (400 for a malformed request, 413 for a chunked body
+//   passing the limit, 417) are rewritten, before they are sent, with a JSON body.
+// libevent threads never touch Python objects.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -29,6 +36,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <errno.h>
+#include <strings.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -64,6 +75,7 @@ struct Req {
   event* watch = nullptr;  // EV_CLOSED on the connection while the request is in flight (worker thread)
   bool answered = false;  // Python's final answer is queued (Python thread, GIL held)
   bool started = false;   // a streamed answer was started (Python thread)
+  bool close = false;     // its answer closes the connection (a body evhttp did not read is left on it)
 
   void Ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
@@ -112,17 +124,63 @@ struct ConnState {
   int pending = 0;  // requests handed to Python and not yet answered and written
 };
 
+// The JSON bodies of the answers the front end gives without Python (made by the Python side:
+// the messages are the runtime's own, handlers/limits.py).
+struct Refusals {
+  std::string declared_prefix, declared_suffix;  // 413 for a declared body: prefix + size + suffix
+  std::string too_large;  // 413 for a chunked body passing the limit
+  std::string bad_request;  // 400 for a request evhttp cannot parse
+  bool ok() const { return !declared_prefix.empty() && !too_large.empty() && !bad_request.empty(); }
+};
+
+// Per connection (worker thread only): what the next request's head says, read from the
+// connection's input buffer before evhttp parses it.
+struct Head {
+  Worker* worker = nullptr;
+  bufferevent* bev = nullptr;
+  evbuffer_cb_entry* on_input = nullptr;
+  evbuffer_cb_entry* on_output = nullptr;
+  bool hooked = false;       // the connection's close callback is set
+  bool expect = true;        // the input starts with a head not read yet
+  bool refused = false;      // answered 413 here: the connection ends
+  bool fixup = false;        // a look at evhttp's own answer is scheduled
+  bool linger = false;       // evhttp answered an error: drop what the client still sends once it closes
+  std::string method;        // the head's method when evhttp does not know it
+  uint64_t body_left = 0;    // the head's body evhttp will not read (HEAD, TRACE, unknown methods)
+  bool close_next = false;   // ... when it cannot be dropped (chunked): close after the answer
+  uint64_t skip = 0;         // bytes of such a body still to drop
+};
+
+constexpr size_t kMaxHead = 64 * 1024;  // evhttp_set_max_headers_size below
+constexpr ev_uint16_t kEveryMethod = 0xFFFF;  // with EVHTTP_REQ_UNKNOWN_ (1 << 15 in libevent 2.1)
+
+bool KnownMethod(const std::string& method, bool* reads_body) {
+  static const char* const kWithBody[] = {"GET", "POST", "PUT", "DELETE", "OPTIONS", "CONNECT", "PATCH"};
+  for (const char* known : kWithBody) {
+    if (method == known) {
+      *reads_body = true;
+      return true;
+    }
+  }
+  *reads_body = false;  // evhttp_method_may_have_body: HEAD, TRACE and the rest read none
+  return method == "HEAD" || method == "TRACE";
+}
+
+bool SameName(const char* data, size_t size, const char* name) {
+  return size == strlen(name) && strncasecmp(data, name, size) == 0;
+}
+
 class Worker {
  public:
-  Worker(Hub* hub, int listen_fd, int64_t max_body, double timeout) : hub_(hub) {
+  Worker(Hub* hub, int listen_fd, int64_t max_body, double timeout, const Refusals* refusals)
+      : hub_(hub), max_body_(static_cast<uint64_t>(max_body)), refusals_(refusals) {
     base_ = event_base_new();
     http_ = evhttp_new(base_);
     evhttp_set_default_content_type(http_, nullptr);
-    evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
-                                          EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                          EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    evhttp_set_allowed_methods(http_, kEveryMethod);  // every method reaches Python, which answers (405, 404)
     evhttp_set_max_body_size(http_, max_body);
-    evhttp_set_max_headers_size(http_, 64 * 1024);
+    evhttp_set_max_headers_size(http_, kMaxHead);
+    if (refusals_->ok()) evhttp_set_bevcb(http_, &Worker::OnConnection, this);
     struct timeval tv;
     tv.tv_sec = static_cast<time_t>(timeout);
     tv.tv_usec = static_cast<suseconds_t>((timeout - static_cast<double>(tv.tv_sec)) * 1e6);
@@ -132,9 +190,12 @@ class Worker {
     bound_ = evhttp_accept_socket_with_handle(http_, listen_fd);
     wake_ = event_new(base_, -1, 0, &Worker::OnWake, this);
     stop_timer_ = evtimer_new(base_, &Worker::OnStopTimer, this);
+    fixup_ = event_new(base_, -1, 0, &Worker::OnFixup, this);
   }
 
-  bool ok() const { return base_ != nullptr && http_ != nullptr && bound_ != nullptr && wake_ != nullptr; }
+  bool ok() const {
+    return base_ != nullptr && http_ != nullptr && bound_ != nullptr && wake_ != nullptr && fixup_ != nullptr;
+  }
 
   void Start() {
     thread_ = std::thread([this] {
@@ -179,6 +240,7 @@ class Worker {
 
   ~Worker() {
     if (stop_timer_ != nullptr) event_free(stop_timer_);
+    if (fixup_ != nullptr) event_free(fixup_);
     if (wake_ != nullptr) event_free(wake_);
     if (http_ != nullptr) evhttp_free(http_);
     if (base_ != nullptr) event_base_free(base_);
@@ -200,7 +262,7 @@ class Worker {
       case EVHTTP_REQ_TRACE: req->method = "TRACE"; break;
       case EVHTTP_REQ_CONNECT: req->method = "CONNECT"; break;
       case EVHTTP_REQ_PATCH: req->method = "PATCH"; break;
-      default: req->method = "GET"; break;
+      default: req->method = "UNKNOWN"; break;  // evhttp's EVHTTP_REQ_UNKNOWN_: its name is the head's
     }
     const char* uri = evhttp_request_get_uri(evreq);
     req->uri = uri != nullptr ? uri : "/";
@@ -214,6 +276,7 @@ class Worker {
     evbuffer_add_buffer(req->body, evhttp_request_get_input_buffer(evreq));
     req->http_minor = evreq->minor;
     evhttp_connection* evcon = evhttp_request_get_connection(evreq);
+    if (evcon != nullptr) self->NextHead(evcon, req);
     if (evcon != nullptr) {
       char* address = nullptr;
       ev_uint16_t port = 0;
@@ -268,6 +331,272 @@ class Worker {
   static void OnClose(evhttp_connection* evcon, void* arg) {
     Worker* self = static_cast<Worker*>(arg);
     self->conns_.erase(evcon);
+    bufferevent* bev = evhttp_connection_get_bufferevent(evcon);
+    auto found = self->heads_.find(bev);
+    if (found != self->heads_.end()) {
+      Head* head = found->second.get();
+      if (head->linger) self->Linger(bufferevent_getfd(bev));
+      evbuffer_remove_cb_entry(bufferevent_get_input(bev), head->on_input);
+      evbuffer_remove_cb_entry(bufferevent_get_output(bev), head->on_output);
+      self->heads_.erase(found);
+    }
+  }
+
+  // ---- request heads, read before evhttp parses them (see the top of the file) ----
+
+  // evhttp_set_bevcb: each accepted connection's bufferevent, with the callbacks on its buffers.
+  static bufferevent* OnConnection(event_base* base, void* arg) {
+    Worker* self = static_cast<Worker*>(arg);
+    bufferevent* bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (bev == nullptr) return nullptr;  // evhttp makes its own (without these answers)
+    auto head = std::make_unique<Head>();
+    head->worker = self;
+    head->bev = bev;
+    head->on_input = evbuffer_add_cb(bufferevent_get_input(bev), &Worker::OnInput, head.get());
+    head->on_output = evbuffer_add_cb(bufferevent_get_output(bev), &Worker::OnOutput, head.get());
+    // (an entry left by a connection that closed before sending anything is replaced here)
+    self->heads_[bev] = std::move(head);
+    return bev;
+  }
+
+  // Bytes arrived on a connection (before evhttp's read callback sees them).
+  static void OnInput(evbuffer* input, const evbuffer_cb_info* info, void* arg) {
+    Head* head = static_cast<Head*>(arg);
+    if (info->n_added == 0 || head->refused) return;
+    Worker* self = head->worker;
+    if (!head->hooked) {  // the connection exists now: hear of its end
+      void* evcon = nullptr;
+      bufferevent_getcb(head->bev, nullptr, nullptr, nullptr, &evcon);
+      if (evcon != nullptr) {
+        evhttp_connection_set_closecb(static_cast<evhttp_connection*>(evcon), &Worker::OnClose, self);
+        head->hooked = true;
+      }
+    }
+    if (head->skip > 0) Skip(head, input);
+    if (head->skip == 0 && head->expect) self->Inspect(head, input);
+  }
+
+  static void Skip(Head* head, evbuffer* input) {
+    size_t n = std::min<uint64_t>(head->skip, evbuffer_get_length(input));
+    evbuffer_drain(input, n);  // (this buffer's callbacks run again, with nothing added)
+    head->skip -= n;
+  }
+
+  // evhttp handed over a request: what follows it on the connection is the next head (or the
+  // rest of a body evhttp does not read).
+  void NextHead(evhttp_connection* evcon, Req* req) {
+    bufferevent* bev = evhttp_connection_get_bufferevent(evcon);
+    auto found = heads_.find(bev);
+    if (found == heads_.end()) return;
+    Head* head = found->second.get();
+    if (req->method == "UNKNOWN" && !head->method.empty()) req->method = head->method;
+    head->method.clear();
+    req->close = head->close_next;
+    head->close_next = false;
+    head->skip += head->body_left;
+    head->body_left = 0;
+    head->expect = true;
+    evbuffer* input = bufferevent_get_input(bev);
+    if (head->skip > 0) Skip(head, input);
+    if (head->skip == 0 && evbuffer_get_length(input) > 0) Inspect(head, input);
+  }
+
+  void Inspect(Head* head, evbuffer* input) {
+    size_t available = std::min(evbuffer_get_length(input), kMaxHead + 4);
+    std::string text(available, '\0');
+    if (evbuffer_copyout(input, &text[0], available) < 0) return;
+    // the head ends at an empty line (CRLF or a bare LF, as evhttp reads lines)
+    size_t end = std::string::npos;
+    for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1)) {
+      size_t next = at + 1;
+      if (next < text.size() && text[next] == '\r') ++next;
+      if (next < text.size() && text[next] == '\n') {
+        end = next + 1;
+        break;
+      }
+    }
+    if (end == std::string::npos) {
+      if (available > kMaxHead) head->expect = false;  // evhttp refuses it (400)
+      return;
+    }
+    head->expect = false;
+    size_t line_end = text.find('\n');
+    std::string first = text.substr(0, line_end);
+    std::string method = first.substr(0, first.find(' '));
+    bool reads_body = true;
+    bool known = KnownMethod(method, &reads_body);
+    bool chunked = false, has_length = false, bad_length = false;
+    uint64_t declared = 0;
+    for (size_t at = line_end + 1; at < end;) {
+      size_t stop = text.find('\n', at);
+      size_t length = stop - at;
+      if (length > 0 && text[at + length - 1] == '\r') --length;
+      const char* line = text.data() + at;
+      const char* colon = static_cast<const char*>(memchr(line, ':', length));
+      if (colon != nullptr) {
+        const char* value = colon + 1;
+        const char* value_end = line + length;
+        while (value < value_end && (*value == ' ' || *value == '\t')) ++value;
+        while (value_end > value && (value_end[-1] == ' ' || value_end[-1] == '\t')) --value_end;
+        size_t name_size = static_cast<size_t>(colon - line);
+        if (SameName(line, name_size, "transfer-encoding")) {
+          chunked = chunked || SameName(value, static_cast<size_t>(value_end - value), "chunked");
+        } else if (SameName(line, name_size, "content-length")) {
+          has_length = true;
+          uint64_t number = 0;
+          bad_length = bad_length || value == value_end;
+          for (const char* c = value; c < value_end; ++c) {
+            if (*c < '0' || *c > '9' || number > (UINT64_MAX - 9) / 10) {
+              bad_length = true;
+              break;
+            }
+            number = number * 10 + static_cast<uint64_t>(*c - '0');
+          }
+          declared = number;
+        }
+      }
+      at = stop + 1;
+    }
+    if (!chunked && has_length && !bad_length && declared > max_body_) {
+      Refuse(head, declared);
+      return;
+    }
+    if (!known) head->method = method;
+    if (!reads_body) {
+      if (chunked) {
+        head->close_next = true;
+      } else if (has_length && !bad_length) {
+        head->body_left = declared;
+      }
+    }
+  }
+
+  // A declared body over the limit: the JSON 413 now, before any of the body is read, straight
+  // to the socket (nothing else is being written on it: evhttp reads a head only once the answer
+  // before it is sent); then no more writes (evhttp reads and drops the body, and its own 413 goes
+  // nowhere), and the connection ends.
+  void Refuse(Head* head, uint64_t declared) {
+    head->refused = true;
+    std::string body = refusals_->declared_prefix + std::to_string(declared) + refusals_->declared_suffix;
+    std::string answer = "HTTP/1.1 413 Request Entity Too Large\r\ncontent-type: application/json\r\n"
+                         "connection: close\r\ncontent-length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    int fd = bufferevent_getfd(head->bev);
+    if (fd < 0) return;
+    ssize_t sent = send(fd, answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)sent;  // a new connection's empty send buffer takes it whole
+    shutdown(fd, SHUT_WR);
+  }
+
+  // Lingering close for an answer evhttp gave in the middle of a request (a chunked body over the
+  // limit, a malformed request): evhttp closes the connection once its answer is written, and a
+  // close with unread input resets it, which can take the answer from the client before it reads
+  // it. Reading and dropping what still comes on a copy of the socket (for up to kLingerSeconds)
+  // keeps the connection open until the client closes it; evhttp's shutdown(SHUT_WR) has already
+  // told the client the answer is complete.
+  static constexpr int kLingerSeconds = 10;
+
+  struct Lingering {
+    int fd;
+    event* ev;
+  };
+
+  void Linger(int fd) {
+    if (fd < 0) return;
+    int copy = dup(fd);
+    if (copy < 0) return;
+    evutil_make_socket_nonblocking(copy);
+    Lingering* lingering = new Lingering{copy, nullptr};
+    lingering->ev = event_new(base_, copy, EV_READ | EV_PERSIST, &Worker::OnLinger, lingering);
+    struct timeval tv = {kLingerSeconds, 0};
+    if (lingering->ev == nullptr || event_add(lingering->ev, &tv) != 0) EndLinger(lingering);
+  }
+
+  static void EndLinger(Lingering* lingering) {
+    if (lingering->ev != nullptr) event_free(lingering->ev);
+    close(lingering->fd);
+    delete lingering;
+  }
+
+  static void OnLinger(evutil_socket_t fd, short what, void* arg) {
+    Lingering* lingering = static_cast<Lingering*>(arg);
+    if (what & EV_TIMEOUT) {
+      EndLinger(lingering);
+      return;
+    }
+    char scratch[16384];
+    for (;;) {
+      ssize_t got = recv(fd, scratch, sizeof scratch, 0);
+      if (got > 0) continue;
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+      EndLinger(lingering);  // the client closed (or the connection failed)
+      return;
+    }
+  }
+
+  // Something was written that Python did not answer: evhttp's own answer (or 100 Continue).
+  static void OnOutput(evbuffer*, const evbuffer_cb_info* info, void* arg) {
+    Head* head = static_cast<Head*>(arg);
+    Worker* self = head->worker;
+    if (info->n_added == 0 || self->writing_ || head->refused || head->fixup) return;
+    head->fixup = true;  // once evhttp has written all of it (the socket is written on a later turn)
+    self->fixups_.push_back(head->bev);
+    event_active(self->fixup_, EV_READ, 0);
+  }
+
+  static void OnFixup(evutil_socket_t, short, void* arg) {
+    Worker* self = static_cast<Worker*>(arg);
+    std::vector<bufferevent*> fixups;
+    fixups.swap(self->fixups_);
+    for (bufferevent* bev : fixups) {
+      auto found = self->heads_.find(bev);
+      if (found == self->heads_.end() || !found->second->fixup) continue;  // closed meanwhile
+      found->second->fixup = false;
+      self->Rewrite(found->second.get());
+    }
+  }
+
+  // evhttp's error page (`HTTP/1.1 413 ...`, text/html, `<HTML><HEAD>...`) -> the same status with
+  // the JSON error body.
+  void Rewrite(Head* head) {
+    evbuffer* output = bufferevent_get_output(head->bev);
+    size_t length = evbuffer_get_length(output);
+    if (length < 16 || length > 8192) return;
+    std::string text(length, '\0');
+    if (evbuffer_copyout(output, &text[0], length) < 0) return;
+    size_t split = text.find("\r\n\r\n");
+    static const char kPage[] = "<HTML><HEAD>\n<TITLE>";
+    if (text.compare(0, 7, "HTTP/1.") != 0 || split == std::string::npos ||
+        text.compare(split + 4, sizeof kPage - 1, kPage) != 0) {
+      return;
+    }
+    int code = atoi(text.c_str() + 9);
+    size_t status_end = text.find("\r\n");
+    std::string reason = text.substr(std::min(status_end, size_t{13}), status_end - std::min(status_end, size_t{13}));
+    std::string body;
+    if (code == 413) {
+      body = refusals_->too_large;
+    } else if (code == 400) {
+      body = refusals_->bad_request;
+    } else {
+      body = "{\"error\":\"" + reason + "\"}";  // evhttp's reason phrases are plain ASCII words
+    }
+    std::string answer = text.substr(0, status_end + 2);
+    for (size_t at = status_end + 2; at < split + 2;) {  // evhttp's headers but its type and length
+      size_t stop = text.find("\r\n", at);
+      const char* line = text.data() + at;
+      size_t colon = text.find(':', at);
+      size_t name_size = colon < stop ? colon - at : 0;
+      if (!SameName(line, name_size, "content-type") && !SameName(line, name_size, "content-length")) {
+        answer.append(text, at, stop + 2 - at);
+      }
+      at = stop + 2;
+    }
+    answer += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    head->linger = true;
+    writing_ = true;
+    evbuffer_drain(output, length);
+    evbuffer_add(output, answer.data(), answer.size());
+    writing_ = false;
   }
 
   static void OnWake(evutil_socket_t, short, void* arg) {
@@ -280,11 +609,13 @@ class Worker {
       stop_accepting = self->stop_accepting_;
       finish = self->finish_;
     }
+    self->writing_ = true;  // what evhttp writes now is Python's answer
     for (Op& op : ops) {
       self->Apply(op);
       if (op.body != nullptr) evbuffer_free(op.body);
       op.req->Unref();
     }
+    self->writing_ = false;
     if (stop_accepting && self->bound_ != nullptr) {
       evhttp_del_accept_socket(self->http_, self->bound_);
       self->bound_ = nullptr;
@@ -334,7 +665,7 @@ class Worker {
     if (op.kind == Op::REPLY || op.kind == Op::START) {
       evkeyvalq* out = evhttp_request_get_output_headers(evreq);
       for (auto& header : op.headers) evhttp_add_header(out, header.first.c_str(), header.second.c_str());
-      if (op.close) {
+      if (op.close || op.req->close) {
         evhttp_remove_header(out, "Connection");
         evhttp_add_header(out, "Connection", "close");
       }
@@ -370,6 +701,12 @@ class Worker {
   }
 
   Hub* hub_;
+  uint64_t max_body_;
+  const Refusals* refusals_;
+  event* fixup_ = nullptr;
+  bool writing_ = false;
+  std::vector<bufferevent*> fixups_;
+  std::unordered_map<bufferevent*, std::unique_ptr<Head>> heads_;  // worker thread only
   event_base* base_ = nullptr;
   evhttp* http_ = nullptr;
   evhttp_bound_socket* bound_ = nullptr;
@@ -599,12 +936,16 @@ struct PyServer {
 };
 
 int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
-  static const char* keywords[] = {"fd", "max_body", "threads", "timeout", nullptr};
+  static const char* keywords[] = {"fd", "max_body", "threads", "timeout", "declared_prefix", "declared_suffix",
+                                   "too_large", "bad_request", nullptr};
   int fd, threads = 1;
   long long max_body;
   double timeout = 75.0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iL|id", const_cast<char**>(keywords), &fd, &max_body, &threads,
-                                   &timeout)) {
+  const char *prefix = "", *suffix = "", *too_large = "", *bad_request = "";
+  Py_ssize_t prefix_len = 0, suffix_len = 0, too_large_len = 0, bad_request_len = 0;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iL|idy#y#y#y#", const_cast<char**>(keywords), &fd, &max_body,
+                                   &threads, &timeout, &prefix, &prefix_len, &suffix, &suffix_len, &too_large,
+                                   &too_large_len, &bad_request, &bad_request_len)) {
     return -1;
   }
   if (self->workers != nullptr) {
@@ -613,6 +954,11 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
   }
   if (threads < 1) threads = 1;
   self->hub = new Hub();
+  Refusals* refusals = new Refusals();  // (kept with the workers, which are never freed)
+  refusals->declared_prefix.assign(prefix, static_cast<size_t>(prefix_len));
+  refusals->declared_suffix.assign(suffix, static_cast<size_t>(suffix_len));
+  refusals->too_large.assign(too_large, static_cast<size_t>(too_large_len));
+  refusals->bad_request.assign(bad_request, static_cast<size_t>(bad_request_len));
   self->workers = new std::vector<Worker*>();
   for (int i = 0; i < threads; ++i) {
     int own = dup(fd);
@@ -621,7 +967,7 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
       return -1;
     }
     evutil_make_socket_nonblocking(own);  // the accept loop reads until EAGAIN (shared by every copy)
-    Worker* worker = new Worker(self->hub, own, max_body, timeout);
+    Worker* worker = new Worker(self->hub, own, max_body, timeout, refusals);
     if (!worker->ok()) {
       delete worker;
       PyErr_SetString(PyExc_OSError, "cannot start an HTTP worker (libevent)");
@@ -729,8 +1075,11 @@ PyMODINIT_FUNC PyInit__httpnative(void) {
   PyServerType.tp_dealloc = reinterpret_cast<destructor>(PyServer_dealloc);
   PyServerType.tp_methods = PyServer_methods;
   PyServerType.tp_doc =
-      "Server(fd, max_body, threads=1, timeout=75.0): serve HTTP on the listening socket "
-      "`fd` (duplicated; the caller keeps and closes its own).";
+      "Server(fd, max_body, threads=1, timeout=75.0, declared_prefix=b'', declared_suffix=b'', too_large=b'', "
+      "bad_request=b''): serve HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its "
+      "own). The bytes are the JSON bodies of the answers given without Python: 413 for a declared body over "
+      "max_body (prefix + its size + suffix), 413 for a chunked one, 400 for a malformed request (without "
+      "them, evhttp's own pages).";
 
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
