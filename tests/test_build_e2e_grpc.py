@@ -23,7 +23,7 @@ from serving import free_port
 from test_build_e2e import BASE_IMAGE, QUICKSTART, docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
 from tools import perf_analyzer
 
-from toolkit.build.grpc_frontend import CACHE_FOLDER
+from toolkit.build.native_frontend import GRPC
 from toolkit.build.pipeline import wait_grpc_serving
 from toolkit.build.wheelhouse import default_cache_dir
 
@@ -157,7 +157,7 @@ def test_without_a_compiler_the_image_falls_back_to_grpcio(
     cache = tmp_path / "cache"
     cache.mkdir()
     for entry in default_cache_dir().iterdir() if default_cache_dir().is_dir() else []:
-        if entry.name != CACHE_FOLDER and not entry.name.startswith("."):
+        if entry.name != GRPC.cache_folder and not entry.name.startswith("."):
             (cache / entry.name).symlink_to(entry)
     empty = tmp_path / "bin"
     empty.mkdir()

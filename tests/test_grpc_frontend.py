@@ -305,7 +305,10 @@ def test_images_never_carry_the_module_built_here(tmp_path: Path) -> None:
 def test_images_take_the_native_wheel_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """TOOLKIT_GRPC_NATIVE_WHEELS names the wheels a gRPC image may carry (tests/test_build_e2e_grpc.py
     builds and runs one); unset, images serve with grpcio's server."""
-    from toolkit.build.runtime_deps import GRPC_NATIVE_WHEELS_ENV, grpc_native_requirement
+    from toolkit.build.runtime_deps import GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV, native_requirement
+
+    def grpc_native_requirement(python: str, arch: str):
+        return native_requirement(GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV, python, arch)
 
     monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
     assert grpc_native_requirement("3.12", "x86_64") is None

@@ -1,5 +1,5 @@
 """How `toolkit build --protocol grpc` chooses the image's gRPC front end
-(toolkit/build/grpc_frontend.py): the native wheel's cache key, its manylinux tag against the base
+(toolkit/build/native_frontend.py, gf.GRPC): the native wheel's cache key, its manylinux tag against the base
 image's glibc, the user's TOOLKIT_GRPC_NATIVE_WHEELS, and the fall back to grpcio's server with the
 reason (the image's Python or arch differs from the host's, no compiler, glibc too old), or the
 build's failure under `--grpc-frontend native`. Building and serving real images:
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from toolkit.build import grpc_frontend as gf
+from toolkit.build import native_frontend as gf
 from toolkit.build.base_image import BaseImage
 from toolkit.build.errors import BuildError, BuildOptionError
 from toolkit.build.pipeline import BuildOptions, _check_options
@@ -46,12 +46,12 @@ def _wheel(folder: Path, platform: str = "manylinux_2_35", tag: str = TAG, arch:
 
 def test_cache_key_follows_the_sources_python_and_arch(tmp_path):
     sources = []
-    for source in gf.SOURCES:
+    for source in gf.GRPC.sources:
         copy = tmp_path / source.name
         shutil.copyfile(source, copy)
         sources.append(copy)
     key = gf.cache_key("cp311", "x86_64", tuple(sources))
-    assert key == gf.cache_key("cp311", "x86_64", tuple(sources)) == gf.cache_key("cp311", "x86_64")  # content, not path
+    assert key == gf.cache_key("cp311", "x86_64", tuple(sources)) == gf.cache_key("cp311", "x86_64", gf.GRPC.sources)  # content, not path
     assert len({key, gf.cache_key("cp312", "x86_64", tuple(sources)), gf.cache_key("cp311", "aarch64", tuple(sources))}) == 3
     for changed in sources:  # the C++ source or the build script changed: a new wheel
         text = changed.read_bytes()
@@ -66,7 +66,7 @@ def test_cache_key_hashes_every_file_the_build_reads():
     itself): the cache key hashes exactly those files, so a change to any of them builds anew."""
     listed = subprocess.run([sys.executable, str(gf.BUILD_SCRIPT), "grpc", "--sources"], capture_output=True,
                             text=True, check=True).stdout.split()
-    assert [Path(p) for p in listed] == list(gf.SOURCES)
+    assert [Path(p) for p in listed] == list(gf.GRPC.sources)
     assert all(Path(p).is_file() for p in listed)
 
 
@@ -94,17 +94,17 @@ def test_glibc_check_against_the_base_image(tmp_path):
 
 def test_grpcio_leaves_the_wheel_out(tmp_path, monkeypatch):
     monkeypatch.setenv(GRPC_NATIVE_WHEELS_ENV, str(tmp_path))  # the option wins over the user's wheels too
-    chosen = gf.choose_frontend("grpcio", _base(), cache_dir=tmp_path)
+    chosen = gf.choose_frontend(gf.GRPC, "grpcio", _base(), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.wheel, chosen.requirement) == ("grpcio", None, None)
     assert chosen.as_dict() == {"frontend": "grpcio", "source": "--grpc-frontend grpcio", "reason": "--grpc-frontend grpcio"}
 
 
 def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
     monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
-    folder = tmp_path / gf.CACHE_FOLDER / gf.cache_key(TAG, gf.host_arch())[:32]
+    folder = tmp_path / gf.GRPC.cache_folder / gf.cache_key(TAG, gf.host_arch(), gf.GRPC.sources)[:32]
     wheel = _wheel(folder)
     monkeypatch.setattr(gf, "BUILD_SCRIPT", tmp_path / "absent.py")  # a build would fail
-    chosen = gf.choose_frontend("auto", _base(), cache_dir=tmp_path)
+    chosen = gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source, chosen.wheel) == ("native", "cache", wheel)
     assert chosen.requirement.spec == str(wheel) and chosen.requirement.imports == ("toolkit_grpcnative",)
     entry = chosen.as_dict()
@@ -112,25 +112,25 @@ def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
     assert entry["installed_bytes"] == 1000
     assert "reused from the wheel cache" in chosen.line()
     # the base image's glibc is older than the wheel's tag: grpcio's server, saying why
-    old = gf.choose_frontend("auto", _base(glibc=(2, 31)), cache_dir=tmp_path)
+    old = gf.choose_frontend(gf.GRPC, "auto", _base(glibc=(2, 31)), cache_dir=tmp_path)
     assert (old.frontend, old.source) == ("grpcio", "fallback") and "needs glibc 2.35" in old.reason
     with pytest.raises(BuildError, match="--grpc-frontend native: .*needs glibc 2.35"):
-        gf.choose_frontend("native", _base(glibc=(2, 31)), cache_dir=tmp_path)
+        gf.choose_frontend(gf.GRPC, "native", _base(glibc=(2, 31)), cache_dir=tmp_path)
 
 
 def test_another_python_or_arch_falls_back_with_the_way_to_get_it(tmp_path, monkeypatch):
     monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
     other = "3.%d" % (sys.version_info[1] + 1)
-    chosen = gf.choose_frontend("auto", _base(python=other), cache_dir=tmp_path)
+    chosen = gf.choose_frontend(gf.GRPC, "auto", _base(python=other), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source) == ("grpcio", "fallback")
     assert f"the image's Python is {other} and the one running toolkit {HOST}" in chosen.reason
     assert GRPC_NATIVE_WHEELS_ENV in chosen.reason and "build.py grpc --wheel" in chosen.reason
     assert chosen.line().startswith("gRPC front end: grpcio's server, not the native one")
     arch = "aarch64" if gf.host_arch() != "aarch64" else "x86_64"
-    assert f"the image is {arch}" in gf.choose_frontend("auto", _base(arch=arch), cache_dir=tmp_path).reason
+    assert f"the image is {arch}" in gf.choose_frontend(gf.GRPC, "auto", _base(arch=arch), cache_dir=tmp_path).reason
     with pytest.raises(BuildError, match=f"--grpc-frontend native: .*Python is {other}"):
-        gf.choose_frontend("native", _base(python=other), cache_dir=tmp_path)
-    assert not (tmp_path / gf.CACHE_FOLDER).exists()  # nothing was built
+        gf.choose_frontend(gf.GRPC, "native", _base(python=other), cache_dir=tmp_path)
+    assert not (tmp_path / gf.GRPC.cache_folder).exists()  # nothing was built
 
 
 def test_no_compiler_falls_back_or_fails_native(tmp_path, monkeypatch):
@@ -140,13 +140,13 @@ def test_no_compiler_falls_back_or_fails_native(tmp_path, monkeypatch):
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    chosen = gf.choose_frontend("auto", _base(), cache_dir=tmp_path / "cache")
+    chosen = gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path / "cache")
     assert (chosen.frontend, chosen.source) == ("grpcio", "fallback")
     assert "its wheel cannot be built on this machine: no C++ compiler (g++) on PATH" in chosen.reason
     assert "apt-get install g++ pkg-config libgrpc++-dev" in chosen.reason
     with pytest.raises(BuildError, match=r"--grpc-frontend native: .*no C\+\+ compiler"):
-        gf.choose_frontend("native", _base(), cache_dir=tmp_path / "cache")
-    assert list((tmp_path / "cache" / gf.CACHE_FOLDER).iterdir()) == []  # no partial entry left
+        gf.choose_frontend(gf.GRPC, "native", _base(), cache_dir=tmp_path / "cache")
+    assert list((tmp_path / "cache" / gf.GRPC.cache_folder).iterdir()) == []  # no partial entry left
 
 
 def test_the_users_wheels_win_and_must_fit(tmp_path, monkeypatch):
@@ -154,13 +154,13 @@ def test_the_users_wheels_win_and_must_fit(tmp_path, monkeypatch):
     monkeypatch.setenv(GRPC_NATIVE_WHEELS_ENV, str(folder))
     folder.mkdir()
     with pytest.raises(BuildError, match=f"holds no toolkit_grpcnative wheel for Python {HOST}"):
-        gf.choose_frontend("auto", _base(), cache_dir=tmp_path)
+        gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path)
     wheel = _wheel(folder)
-    _wheel(tmp_path / gf.CACHE_FOLDER / gf.cache_key(TAG, gf.host_arch())[:32])
-    chosen = gf.choose_frontend("auto", _base(), cache_dir=tmp_path)
+    _wheel(tmp_path / gf.GRPC.cache_folder / gf.cache_key(TAG, gf.host_arch(), gf.GRPC.sources)[:32])
+    chosen = gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source, chosen.wheel) == ("native", GRPC_NATIVE_WHEELS_ENV, wheel.resolve())
     with pytest.raises(BuildError, match=f"{GRPC_NATIVE_WHEELS_ENV}: .*needs glibc 2.35"):
-        gf.choose_frontend("auto", _base(glibc=(2, 28)), cache_dir=tmp_path)
+        gf.choose_frontend(gf.GRPC, "auto", _base(glibc=(2, 28)), cache_dir=tmp_path)
 
 
 def test_build_options_and_the_report(tmp_path):

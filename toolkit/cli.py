@@ -406,6 +406,9 @@ def build(
     grpc_frontend: Annotated[
         str, typer.Option("--grpc-frontend", help="--protocol grpc images: auto (the native grpc++ front end when it can be had, else grpcio's server, saying why), native (fail when it cannot be had) or grpcio")
     ] = "auto",
+    http_frontend: Annotated[
+        str, typer.Option("--http-frontend", help="cloudrun/knative --protocol http images: auto (the native libevent front end when it can be had, else uvicorn, saying why), native (fail when it cannot be had) or uvicorn")
+    ] = "auto",
 ) -> None:
     """Build a container image of a repository for AWS Lambda, Cloud Run or Knative."""
     from .build import BuildError, BuildOptions, run_build
@@ -415,7 +418,7 @@ def build(
         repository=repo, target=target, models=model, name=name, tag=tag, output=output, builder=builder,
         base_image=base_image, platform=platform, push=push, device=device, cuda=cuda, python_version=python_version,
         measure_cold_start=measure_cold_start, refresh_wheels=refresh_wheels, auto_complete=not strict,
-        protocol=protocol, grpc_frontend=grpc_frontend,
+        protocol=protocol, grpc_frontend=grpc_frontend, http_frontend=http_frontend,
     )
     ui = _RichBuildUI(quiet)
     try:

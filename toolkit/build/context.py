@@ -38,7 +38,7 @@ from .errors import BuildError
 from .grpc_modules import FOLDER as GRPC_MODULES_FOLDER
 from .grpc_modules import copy_generated_modules
 from .hooks import python_autocomplete_command
-from .runtime_deps import RuntimeSet
+from .runtime_deps import HTTP_NATIVE, RuntimeSet
 from .runtime_imports import RUNTIME_PACKAGE, check_runtime_imports
 from .targets import CONTAINER_MODULE, IMAGE_USER, LAMBDA_HANDLER, ImageLayout, Target
 from .wheelhouse import Wheelhouse, file_sha256, install_into
@@ -219,7 +219,8 @@ def copy_runtime(destination: Path) -> None:
     machine's grpc++) stays out, with its C++ source and build script (handlers/protocol/grpc/native,
     build-time code): the image serves gRPC with grpcio's server, or with the front end's wheel.
     The native HTTP front end (handlers/protocol/httpnative/_httpnative*.so and its native/) stays
-    out too: images serve HTTP with uvicorn."""
+    out too: an HTTP image serves with its wheel (TOOLKIT_HTTP_FRONTEND=native), or with uvicorn.
+    handlers/protocol/native (the builder and the shared header) is build-time code as well."""
     import handlers
 
     package = Path(handlers.__file__).resolve().parent
@@ -303,6 +304,8 @@ def _env(plan: ImagePlan, wheelhouse: Wheelhouse) -> list[str]:
     ]
     if plan.target.server:
         env.append(("PORT", str(CONTAINER_PORT)))
+    if any(HTTP_NATIVE.imports == r.imports for r in plan.runtime.resolved):  # the native HTTP front end's wheel
+        env.append(("TOOLKIT_HTTP_FRONTEND", "native"))
     if plan.runtime.protocol == "grpc":
         env.append(("TOOLKIT_PROTOCOL", "grpc"))
         env.append(("TOOLKIT_GRPC_MODULES", f"{plan.layout.app_dir}/{GRPC_MODULES_FOLDER}"))

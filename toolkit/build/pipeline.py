@@ -35,8 +35,9 @@ from .context import ImagePlan, check_output, default_image_name, render_context
 from .errors import BuildError, BuildOptionError
 from .local_run import LocalLambda, free_port, run_service
 from .footprint import backend_footprints
-from .grpc_frontend import CHOICES as GRPC_FRONTENDS
-from .grpc_frontend import GrpcFrontend, choose_frontend
+from .native_frontend import GRPC as GRPC_FRONTEND
+from .native_frontend import HTTP as HTTP_FRONTEND
+from .native_frontend import NativeFrontend, choose_frontend
 from .report import (
     BuildReport,
     ColdStart,
@@ -102,8 +103,11 @@ class BuildOptions:
     wheel_cache: Path | None = None
     protocol: str = "http"  # cloudrun / knative: "grpc" serves inference.GRPCInferenceService on $PORT
     # gRPC images: "auto" (the native grpc++ front end when it can be had, else grpcio's server),
-    # "native" (fail when it cannot be had) or "grpcio" (toolkit/build/grpc_frontend.py)
+    # "native" (fail when it cannot be had) or "grpcio" (toolkit/build/native_frontend.py)
     grpc_frontend: str = "auto"
+    # HTTP images (Cloud Run, Knative): "auto" (the native libevent front end when it can be had,
+    # else uvicorn), "native" or "uvicorn" (toolkit/build/native_frontend.py)
+    http_frontend: str = "auto"
 
 
 @dataclass
@@ -133,8 +137,20 @@ def _check_options(options: BuildOptions) -> Target:
             f"{target.name} has no gRPC (a function is invoked with HTTP events): build with --protocol http and "
             "drive it with gRPC clients through `toolkit proxy URL --grpc-port 8001`"
         )
-    if options.grpc_frontend not in GRPC_FRONTENDS:
-        raise BuildOptionError(f"unknown gRPC front end '{options.grpc_frontend}': choose {', '.join(GRPC_FRONTENDS)}")
+    if options.grpc_frontend not in GRPC_FRONTEND.choices:
+        raise BuildOptionError(
+            f"unknown gRPC front end '{options.grpc_frontend}': choose {', '.join(GRPC_FRONTEND.choices)}"
+        )
+    if options.http_frontend not in HTTP_FRONTEND.choices:
+        raise BuildOptionError(
+            f"unknown HTTP front end '{options.http_frontend}': choose {', '.join(HTTP_FRONTEND.choices)}"
+        )
+    if options.http_frontend != "auto" and not (target.server and options.protocol == "http"):
+        what = "serves gRPC" if target.server else "is invoked with HTTP events (Mangum) and has no HTTP server"
+        raise BuildOptionError(
+            f"--http-frontend {options.http_frontend} applies to --protocol http images of Cloud Run and Knative only: "
+            f"this {target.name} image {what}"
+        )
     if options.grpc_frontend != "auto" and options.protocol != "grpc":
         raise BuildOptionError(
             f"--grpc-frontend {options.grpc_frontend} applies to --protocol grpc images (Cloud Run, Knative) only: "
@@ -358,10 +374,12 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         backends=backends,
         protocol=options.protocol,
     )
-    frontend: GrpcFrontend | None = None
-    if options.protocol == "grpc":  # grpc++ (a wheel) or grpcio's server (docs/grpc.md)
+    frontend: NativeFrontend | None = None
+    if target.server:  # gRPC: grpc++ or grpcio's server (docs/grpc.md); HTTP: libevent or uvicorn (docs/runtime.md)
+        kind, choice = (GRPC_FRONTEND, options.grpc_frontend) if options.protocol == "grpc" else (
+            HTTP_FRONTEND, options.http_frontend)
         frontend = choose_frontend(
-            options.grpc_frontend, base, cache_dir=options.wheel_cache or default_cache_dir(),
+            kind, choice, base, cache_dir=options.wheel_cache or default_cache_dir(),
             refresh=options.refresh_wheels, progress=ui.step,
         )
         if frontend.requirement is not None:
@@ -407,7 +425,10 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
         warnings=target_warnings(target, compiled, gpu_models), python_instance_mode=target.python_instance_mode,
     )
     if frontend is not None:
-        report.grpc_frontend = frontend.as_dict()
+        if frontend.kind is GRPC_FRONTEND:
+            report.grpc_frontend = frontend.as_dict()
+        else:
+            report.http_frontend = frontend.as_dict()
         if frontend.source == "fallback":
             report.warnings.append(frontend.line())
     if runtime.cuda is not None:
@@ -424,7 +445,8 @@ def run_build(options: BuildOptions, ui: BuildUI | None = None) -> BuildResult:
     write_metadata(context, {
         "toolkit_version": __version__, "name": name, "tag": tag, "image": reference, "push": pushed,
         "target": target.name, "protocol": options.protocol,
-        "grpc_frontend": frontend.frontend if frontend else None, "platform": plan.platform, "device": device, "base_image": base.reference,
+        "grpc_frontend": frontend.frontend if frontend and frontend.kind is GRPC_FRONTEND else None,
+        "http_frontend": frontend.frontend if frontend and frontend.kind is HTTP_FRONTEND else None, "platform": plan.platform, "device": device, "base_image": base.reference,
         "python": base.python, "base_image_source": base.source, "labels": context.labels, "build_command": command,
         "models": {m.name: m.versions for m in models},
     })

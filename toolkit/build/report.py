@@ -115,8 +115,10 @@ class BuildReport:
     # TOOLKIT_PYTHON_INSTANCE_MODE baked into the image: where python models' instances run
     python_instance_mode: str | None = None
     # gRPC images: the front end (native or grpcio), where its wheel came from and what it adds,
-    # or why it is not native (toolkit/build/grpc_frontend.py GrpcFrontend.as_dict)
+    # or why it is not native (toolkit/build/native_frontend.py NativeFrontend.as_dict)
     grpc_frontend: dict[str, Any] | None = None
+    # HTTP images of Cloud Run / Knative: the same for the HTTP front end (native or uvicorn)
+    http_frontend: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
@@ -143,6 +145,8 @@ class BuildReport:
         ]
         if self.grpc_frontend:
             rows.append(("gRPC front end", grpc_frontend_text(self.grpc_frontend)))
+        if self.http_frontend:
+            rows.append(("HTTP front end", http_frontend_text(self.http_frontend)))
         if self.cuda:
             rows.append(("CUDA", f"{self.cuda['major']} ({', '.join(self.cuda['frameworks'])}), NVIDIA driver >= {self.cuda['min_driver']}"))
         if self.cold_start:
@@ -198,11 +202,20 @@ class BuildReport:
 
 def grpc_frontend_text(entry: dict[str, Any]) -> str:
     """The gRPC front end for the report's table."""
+    return _frontend_text(entry, "grpc++", "grpcio's server")
+
+
+def http_frontend_text(entry: dict[str, Any]) -> str:
+    """The HTTP front end for the report's table."""
+    return _frontend_text(entry, "libevent", "uvicorn")
+
+
+def _frontend_text(entry: dict[str, Any], library: str, fallback: str) -> str:
     if entry["frontend"] == "native":
         origin = {"built": "built now, cached", "cache": "from the wheel cache"}.get(entry["source"], entry["source"])
-        return (f"native (grpc++): {entry['wheel']}, adds {human_bytes(entry['installed_bytes'])} installed "
+        return (f"native ({library}): {entry['wheel']}, adds {human_bytes(entry['installed_bytes'])} installed "
                 f"({human_bytes(entry['wheel_bytes'])} wheel; {origin})")
-    return f"grpcio's server ({entry.get('reason', entry['source'])})"
+    return f"{fallback} ({entry.get('reason', entry['source'])})"
 
 
 def python_instances_text(mode: str) -> str:

@@ -111,30 +111,35 @@ GRPC: tuple[RuntimeRequirement, ...] = (
     RuntimeRequirement("grpcio-health-checking>=1.81.1,<1.82", ("grpc_health",)),
     RuntimeRequirement("protobuf>=6.33.5,<7", ("google.protobuf",)),
 )
-# The native gRPC front end as a wheel (handlers/protocol/native/build.py grpc --wheel), which
-# handlers.protocol.grpc.nativeserver imports when its in-tree module is absent. Not on PyPI: a
-# gRPC image takes it from TOOLKIT_GRPC_NATIVE_WHEELS (grpc_native_requirement), else builds it
-# on demand and caches it (toolkit/build/grpc_frontend.py); otherwise it serves gRPC with grpcio's
-# server.
+# The native front ends as wheels (handlers/protocol/native/build.py grpc|http --wheel), which
+# handlers.protocol.grpc.nativeserver and handlers.protocol.httpnative.server import when their
+# in-tree modules are absent. Not on PyPI: a Cloud Run / Knative image takes its front end's wheel
+# from TOOLKIT_GRPC_NATIVE_WHEELS / TOOLKIT_HTTP_NATIVE_WHEELS (native_requirement), else builds
+# it on demand and caches it (toolkit/build/native_frontend.py); otherwise it serves with grpcio's
+# server / uvicorn.
 GRPC_NATIVE = RuntimeRequirement("toolkit-grpcnative", ("toolkit_grpcnative",))
 GRPC_NATIVE_WHEELS_ENV = "TOOLKIT_GRPC_NATIVE_WHEELS"
+HTTP_NATIVE = RuntimeRequirement("toolkit-httpnative", ("toolkit_httpnative",))
+HTTP_NATIVE_WHEELS_ENV = "TOOLKIT_HTTP_NATIVE_WHEELS"
 
 
-def grpc_native_requirement(python: str, arch: str) -> RuntimeRequirement | None:
-    """The native gRPC front end's wheel for an image's Python (`3.12`) and arch, from the
-    directory TOOLKIT_GRPC_NATIVE_WHEELS names; None when it is unset. ValueError when the
+def native_requirement(wheel: RuntimeRequirement, variable: str, python: str, arch: str) -> RuntimeRequirement | None:
+    """A native front end's wheel (GRPC_NATIVE, HTTP_NATIVE) for an image's Python (`3.12`) and
+    arch, from the directory `variable` names; None when it is unset. ValueError when the
     directory holds no wheel for that Python and arch."""
-    folder = os.environ.get(GRPC_NATIVE_WHEELS_ENV, "").strip()
+    folder = os.environ.get(variable, "").strip()
     if not folder:
         return None
     tag = "cp" + python.replace(".", "")
-    found = sorted(Path(folder).glob(f"toolkit_grpcnative-*-{tag}-{tag}-*{arch}.whl"))
+    package = wheel.name.replace("-", "_")
+    found = sorted(Path(folder).glob(f"{package}-*-{tag}-{tag}-*{arch}.whl"))
     if not found:
+        frontend = package.removeprefix("toolkit_").removesuffix("native")
         raise ValueError(
-            f"{GRPC_NATIVE_WHEELS_ENV}={folder} holds no toolkit_grpcnative wheel for Python {python} on {arch} "
-            f"({tag}): build one with that Python: python handlers/protocol/native/build.py grpc --wheel {folder}"
+            f"{variable}={folder} holds no {package} wheel for Python {python} on {arch} "
+            f"({tag}): build one with that Python: python handlers/protocol/native/build.py {frontend} --wheel {folder}"
         )
-    return RuntimeRequirement(str(found[-1].resolve()), GRPC_NATIVE.imports)
+    return RuntimeRequirement(str(found[-1].resolve()), wheel.imports)
 
 
 PROTOCOLS = ("http", "grpc")
@@ -445,7 +450,7 @@ def runtime_requirements(
 
 def allowed_runtime_imports() -> frozenset[str]:
     """Top-level modules the `handlers` package may import besides the standard library."""
-    every = [*CORE, *SERVER, *GRPC, GRPC_NATIVE, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
+    every = [*CORE, *SERVER, *GRPC, GRPC_NATIVE, HTTP_NATIVE, *LAMBDA, LAMBDA_RUNTIME_CLIENT, ONNXRUNTIME_CPU, NVML]
     for backend in BACKEND_RUNTIME:
         for cuda in (None, *CUDA_LINES.values()):
             every.extend(backend_requirements(backend, cuda))

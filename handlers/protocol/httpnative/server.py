@@ -39,7 +39,10 @@ from ...app import infer_target, internal_error_reply, reply_headers
 from ..codec import encode_error
 from ..routes import InferHeaders, run_infer
 
-from . import _httpnative  # built in the tree (handlers/protocol/native/build.py http)
+try:  # built in the tree (handlers/protocol/native/build.py http) ...
+    from . import _httpnative
+except ImportError:  # ... or installed as a wheel (build.py http --wheel: images); neither: uvicorn serves
+    from toolkit_httpnative import _httpnative
 
 log = logging.getLogger("handlers.protocol.httpnative")
 

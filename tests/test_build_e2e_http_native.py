@@ -1,0 +1,137 @@
+"""End to end with a real container engine: a Cloud Run HTTP image built with no option carries
+the native HTTP front end (libevent's evhttp; its self-contained wheel built on demand with this
+Python and cached, as the gRPC one is) and serves tritonclient's HTTP client with it, read-only,
+and drains on SIGTERM; `--http-frontend uvicorn` leaves the wheel out and serves with uvicorn.
+The two images' sizes are compared (what the wheel adds). Skips without the engine unless
+TOOLKIT_REQUIRE_DOCKER=1 (CI)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from serving import free_port
+from test_build_e2e import BASE_IMAGE, docker, engine, infer_add_sub, toolkit_build, wait_ready  # noqa: F401
+
+from toolkit.build.native_frontend import HTTP
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def base_python(engine: dict[str, str]) -> str:  # noqa: F811
+    return docker(engine, "run", "--rm", "--network", "none", "--entrypoint", "python3", BASE_IMAGE, "-c",
+                  "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+
+
+def _build(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory, name: str, *args: str) -> dict:  # noqa: F811
+    output = tmp_path_factory.mktemp(name) / "ctx"
+    report = toolkit_build(engine, output, "--target", "cloudrun", *args)
+    report["context_dir"] = output
+    return report
+
+
+@pytest.fixture(scope="module")
+def native_image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+    return _build(engine, tmp_path_factory, "native")
+
+
+@pytest.fixture(scope="module")
+def uvicorn_image(engine: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict:  # noqa: F811
+    return _build(engine, tmp_path_factory, "uvicorn", "--http-frontend", "uvicorn")
+
+
+def _wheels(context: Path) -> list[str]:
+    return sorted(name for name in os.listdir(context / "wheelhouse") if name.startswith("toolkit_httpnative-"))
+
+
+def _serves_and_drains(engine: dict[str, str], image: str) -> str:  # noqa: F811
+    """Run the image (read-only, host network, a 4 kB body limit), drive it with tritonclient's
+    HTTP client and raw requests, stop it: it drains and exits 0. Returns its log."""
+    port = free_port()
+    container = docker(
+        engine, "run", "-d", "--network", "host", "--read-only", "--tmpfs", "/tmp", "-e", f"PORT={port}",
+        "-e", "TOOLKIT_HOST=127.0.0.1", "-e", "TOOLKIT_MAX_REQUEST_BYTES=4096", image,
+    ).stdout.strip()
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", container, engine)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_live() and client.is_model_ready("add_sub")
+        assert client.get_model_metadata("add_sub")["platform"] == "onnxruntime_onnx"
+        infer_add_sub(client)
+        a = np.ones((1, 16), dtype=np.float32)
+        inputs = [httpclient.InferInput(f"INPUT{i}", [1, 16], "FP32") for i in (0, 1)]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(a, binary_data=True)
+        np.testing.assert_allclose(client.infer("add_sub", inputs).as_numpy("OUTPUT0"), a + a)
+        client.close()
+        # the answers both front ends give alike: a declared body over the limit, an unknown method
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 413 ") and b'{"error":"request body of 100000 bytes exceeds' in answer
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("QUERY", "/v2/models/add_sub")
+        response = connection.getresponse()
+        assert (response.status, json.loads(response.read())) == (405, {"error": "Method Not Allowed"})
+        connection.close()
+        docker(engine, "stop", "--time", "30", container)
+        state = json.loads(docker(engine, "inspect", "--format", "{{json .State}}", container).stdout)
+        logs = docker(engine, "logs", container)
+        assert state["ExitCode"] == 0, logs.stderr
+        return logs.stdout + logs.stderr
+    finally:
+        docker(engine, "rm", "-f", container, check=False)
+
+
+def test_the_default_http_image_serves_with_the_native_front_end(
+    engine: dict[str, str], native_image: dict, base_python: str  # noqa: F811
+) -> None:
+    frontend = native_image["http_frontend"]
+    here = "%d.%d" % sys.version_info[:2]
+    if base_python != here:  # the wheel is built with this Python: uvicorn, and the report says why
+        assert frontend["frontend"] == "uvicorn" and f"the image's Python is {base_python}" in frontend["reason"]
+        assert "HTTP front end: uvicorn" in _serves_and_drains(engine, native_image["image"])
+        return
+    assert frontend["frontend"] == "native" and frontend["source"] in ("built", "cache"), frontend
+    assert _wheels(native_image["context_dir"]) == [frontend["wheel"]]
+    assert frontend["wheel"].startswith(f"toolkit_httpnative-0.1.0-cp{here.replace('.', '')}-")
+    assert frontend["installed_bytes"] > frontend["wheel_bytes"] > 100_000
+    assert "HTTP front end: native (libevent" in native_image["output"]
+    config = json.loads(docker(engine, "image", "inspect", "--format", "{{json .Config}}", native_image["image"]).stdout)
+    assert "TOOLKIT_HTTP_FRONTEND=native" in config["Env"]
+    assert "HTTP front end: native" in _serves_and_drains(engine, native_image["image"])
+
+
+def test_uvicorn_image_leaves_the_wheel_out_and_the_size_difference_is_the_wheel(
+    engine: dict[str, str], native_image: dict, uvicorn_image: dict  # noqa: F811
+) -> None:
+    assert uvicorn_image["http_frontend"] == {"frontend": "uvicorn", "source": "--http-frontend uvicorn",
+                                              "reason": "--http-frontend uvicorn"}
+    assert _wheels(uvicorn_image["context_dir"]) == []
+    config = json.loads(docker(engine, "image", "inspect", "--format", "{{json .Config}}", uvicorn_image["image"]).stdout)
+    assert not any(entry.startswith("TOOLKIT_HTTP_FRONTEND=") for entry in config["Env"])
+    assert "HTTP front end: uvicorn" in _serves_and_drains(engine, uvicorn_image["image"])
+    if native_image["http_frontend"]["frontend"] == "native":
+        delta = native_image["image_size"] - uvicorn_image["image_size"]
+        print(f"native HTTP front end: image {native_image['image_size']} vs {uvicorn_image['image_size']} bytes "
+              f"(+{delta}); wheel {native_image['http_frontend']['wheel_bytes']}, installed "
+              f"{native_image['http_frontend']['installed_bytes']}")
+        assert 0 < delta < 3 * native_image["http_frontend"]["installed_bytes"]
+
+
+def test_a_second_build_reuses_the_cached_wheel(engine: dict[str, str], native_image: dict, tmp_path) -> None:  # noqa: F811
+    if native_image["http_frontend"]["frontend"] != "native":
+        pytest.skip("this Python is not the base image's: no wheel to cache")
+    report = toolkit_build(engine, tmp_path / "ctx", "--target", "knative")
+    frontend = report["http_frontend"]
+    assert frontend["source"] == "cache" and frontend["wheel"] == native_image["http_frontend"]["wheel"], frontend
+    assert "reused from the wheel cache" in report["output"]
+    assert HTTP.cache_folder == "httpnative"
