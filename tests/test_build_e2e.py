@@ -109,6 +109,15 @@ def wait_ready(url: str, container: str, env: dict[str, str], timeout: float = 1
     raise AssertionError(f"{container} not ready: {logs.stdout}{logs.stderr}")
 
 
+def stop_and_logs(env: dict[str, str], container: str) -> str:
+    """Stop a served container (SIGTERM, 30 s to drain): it exits 0. Returns its log."""
+    docker(env, "stop", "--time", "30", container)
+    state = json.loads(docker(env, "inspect", "--format", "{{json .State}}", container).stdout)
+    logs = docker(env, "logs", container)
+    assert state["ExitCode"] == 0, logs.stderr
+    return logs.stdout + logs.stderr
+
+
 def infer_add_sub(client: httpclient.InferenceServerClient) -> None:
     a = np.random.default_rng(0).random((3, 16), dtype=np.float32)
     b = np.random.default_rng(1).random((3, 16), dtype=np.float32)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from serving import free_port
-from test_build_e2e import BASE_IMAGE, QUICKSTART, docker, engine, toolkit_build  # noqa: F401 (engine is a fixture)
+from test_build_e2e import BASE_IMAGE, QUICKSTART, docker, engine, stop_and_logs, toolkit_build  # noqa: F401 (engine is a fixture)
 from tools import perf_analyzer
 
 from toolkit.build.native_frontend import GRPC
@@ -101,11 +101,7 @@ def _serves_and_drains(engine: dict[str, str], image: str) -> str:  # noqa: F811
         assert [answers.get(timeout=30)[0].get_response().id for _ in range(3)] == ["0", "1", "2"]
         client.stop_stream()
         client.close()
-        docker(engine, "stop", "--time", "30", container)
-        state = json.loads(docker(engine, "inspect", "--format", "{{json .State}}", container).stdout)
-        logs = docker(engine, "logs", container)
-        assert state["ExitCode"] == 0, logs.stderr
-        return logs.stdout + logs.stderr
+        return stop_and_logs(engine, container)
     finally:
         docker(engine, "rm", "-f", container, check=False)
 

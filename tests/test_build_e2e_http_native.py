@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from serving import free_port
-from test_build_e2e import BASE_IMAGE, docker, engine, infer_add_sub, toolkit_build, wait_ready  # noqa: F401
+from test_build_e2e import (  # noqa: F401 (engine is a fixture)
+    BASE_IMAGE, docker, engine, infer_add_sub, stop_and_logs, toolkit_build, wait_ready,
+)
 
 from toolkit.build.native_frontend import HTTP
 
@@ -82,11 +84,7 @@ def _serves_and_drains(engine: dict[str, str], image: str) -> str:  # noqa: F811
         response = connection.getresponse()
         assert (response.status, json.loads(response.read())) == (405, {"error": "Method Not Allowed"})
         connection.close()
-        docker(engine, "stop", "--time", "30", container)
-        state = json.loads(docker(engine, "inspect", "--format", "{{json .State}}", container).stdout)
-        logs = docker(engine, "logs", container)
-        assert state["ExitCode"] == 0, logs.stderr
-        return logs.stdout + logs.stderr
+        return stop_and_logs(engine, container)
     finally:
         docker(engine, "rm", "-f", container, check=False)
 

@@ -23,7 +23,7 @@ from toolkit.build.base_image import BaseImage
 from toolkit.build.errors import BuildError, BuildOptionError
 from toolkit.build.pipeline import BuildOptions, _check_options
 from toolkit.build.report import BuildReport, grpc_frontend_text
-from toolkit.build.runtime_deps import GRPC_NATIVE_WHEELS_ENV, RuntimeRequirement, runtime_requirements
+from toolkit.build.runtime_deps import GRPC_NATIVE_WHEELS_ENV, HTTP_NATIVE_WHEELS_ENV, RuntimeRequirement, runtime_requirements
 from toolkit.build.wheelhouse import cache_key
 
 HOST = gf.host_python()
@@ -133,20 +133,24 @@ def test_another_python_or_arch_falls_back_with_the_way_to_get_it(tmp_path, monk
     assert not (tmp_path / gf.GRPC.cache_folder).exists()  # nothing was built
 
 
-def test_no_compiler_falls_back_or_fails_native(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("kind", "variable"), [(gf.GRPC, GRPC_NATIVE_WHEELS_ENV), (gf.HTTP, HTTP_NATIVE_WHEELS_ENV)],
+                         ids=["grpc", "http"])
+def test_no_compiler_falls_back_or_fails_native(tmp_path, monkeypatch, kind, variable):
     """PATH without g++ (an empty folder) stands in for a host without a compiler: build.py
-    --wheel runs and refuses; the image falls back, or `native` fails with build.py's reason."""
-    monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
+    --wheel runs and refuses; the image falls back (grpcio's server, uvicorn), saying what to
+    install, or `native` fails with build.py's reason."""
+    monkeypatch.delenv(variable, raising=False)
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    chosen = gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path / "cache")
-    assert (chosen.frontend, chosen.source) == ("grpcio", "fallback")
+    chosen = gf.choose_frontend(kind, "auto", _base(), cache_dir=tmp_path / "cache")
+    assert (chosen.frontend, chosen.source) == (kind.fallback, "fallback")
     assert "its wheel cannot be built on this machine: no C++ compiler (g++) on PATH" in chosen.reason
-    assert "apt-get install g++ pkg-config libgrpc++-dev" in chosen.reason
-    with pytest.raises(BuildError, match=r"--grpc-frontend native: .*no C\+\+ compiler"):
-        gf.choose_frontend(gf.GRPC, "native", _base(), cache_dir=tmp_path / "cache")
-    assert list((tmp_path / "cache" / gf.GRPC.cache_folder).iterdir()) == []  # no partial entry left
+    assert f"apt-get install g++ pkg-config {kind.debian}" in chosen.reason
+    assert f"{variable}=DIR" in chosen.reason and f"build.py {kind.name} --wheel" in chosen.reason
+    with pytest.raises(BuildError, match=rf"{kind.option} native: .*no C\+\+ compiler"):
+        gf.choose_frontend(kind, "native", _base(), cache_dir=tmp_path / "cache")
+    assert list((tmp_path / "cache" / kind.cache_folder).iterdir()) == []  # no partial entry left
 
 
 def test_the_users_wheels_win_and_must_fit(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """How `toolkit build` chooses a Cloud Run / Knative HTTP image's front end
 (toolkit/build/native_frontend.py, HTTP): the native libevent front end's wheel (found, cached or
-built like the gRPC one: tests/test_grpc_frontend_build.py), or uvicorn with the reason. Building
+built like the gRPC one: tests/test_grpc_frontend_build.py, which also runs
+its no-compiler case), or uvicorn with the reason. Building
 and serving real images: tests/test_build_e2e_http_native.py."""
 
 from __future__ import annotations
@@ -69,19 +70,6 @@ def test_a_cached_wheel_is_reused_and_an_old_glibc_falls_back_to_uvicorn(tmp_pat
     assert old.line().startswith("HTTP front end: uvicorn, not the native one (")
     with pytest.raises(BuildError, match="--http-frontend native: the native HTTP front end .*needs glibc 2.36"):
         nf.choose_frontend(nf.HTTP, "native", _base(glibc=(2, 31)), cache_dir=tmp_path)
-
-
-def test_no_compiler_falls_back_to_uvicorn_saying_what_to_install(tmp_path, monkeypatch):
-    """PATH without g++ (an empty folder) stands in for a host without a compiler."""
-    monkeypatch.delenv(HTTP_NATIVE_WHEELS_ENV, raising=False)
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-    chosen = nf.choose_frontend(nf.HTTP, "auto", _base(), cache_dir=tmp_path / "cache")
-    assert (chosen.frontend, chosen.source) == ("uvicorn", "fallback")
-    assert "no C++ compiler (g++) on PATH" in chosen.reason
-    assert "apt-get install g++ pkg-config libevent-dev" in chosen.reason
-    assert f"{HTTP_NATIVE_WHEELS_ENV}=DIR" in chosen.reason and "build.py http --wheel" in chosen.reason
 
 
 def test_the_users_wheels_win(tmp_path, monkeypatch):
