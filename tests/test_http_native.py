@@ -260,6 +260,31 @@ def test_declared_body_over_the_limit_is_a_json_413_before_any_of_it_is_sent(lim
         assert read_response(sock, bytearray())[0] == 200
 
 
+def test_heads_in_pieces_and_pipelined_are_read_whole_and_in_order(limited):
+    """The head is read as evhttp takes it off the connection line by line: sent in pieces, its
+    method and Content-Length still count; a refused head pipelined behind a request is answered
+    after that request's answer."""
+    with connect(limited) as sock:
+        buffer = bytearray()
+        for piece in (b"PROP", b"FIND /v2/models/add_sub HTTP/1.1\r\nContent-", b"Length: 3\r\nHost: x\r\n", b"\r\nabc"):
+            sock.sendall(piece)
+            time.sleep(0.05)
+        status, headers, body = read_response(sock, buffer)
+        assert (status, headers["allow"], json.loads(body)) == (405, "GET", {"error": "Method Not Allowed"})
+        sock.sendall(infer_request() + b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Length: 5000\r\n\r\n")
+        status, _, body = read_response(sock, buffer)
+        assert status == 200 and "OUTPUT0" in outputs(body)
+        status, headers, body = read_response(sock, buffer)
+        assert (status, json.loads(body)) == (413, {"error": TOO_LARGE.format("of 5000 bytes ")})
+    with connect(limited) as sock:
+        for piece in (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nContent-Length: 9", b"999\r\n", b"Host: x\r\n\r\n"):
+            sock.sendall(piece)
+            time.sleep(0.05)
+        status, _, body = read_response(sock, bytearray())
+        assert (status, json.loads(body)) == (413, {"error": TOO_LARGE.format("of 9999 bytes ")})
+
+
 def test_chunked_body_over_the_limit_is_a_json_413_and_the_client_finishes_sending(limited):
     import http.client
 

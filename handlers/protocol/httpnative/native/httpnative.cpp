@@ -141,8 +141,12 @@ struct Head {
   evbuffer_cb_entry* on_input = nullptr;
   evbuffer_cb_entry* on_output = nullptr;
   bool hooked = false;       // the connection's close callback is set
-  bool expect = true;        // the input starts with a head not read yet
+  bool expect = true;        // a head is coming that is not read yet
+  std::string seen;          // ... its bytes so far (evhttp takes each line off the input once it is whole)
+  size_t scanned = 0;        // ... searched for its end up to here
   bool refused = false;      // answered 413 here: the connection ends
+  bool busy = false;         // a request of it is with Python (its answer not written yet)
+  uint64_t refuse = 0;       // the declared size of a pipelined head to refuse once that answer is written
   bool fixup = false;        // a look at evhttp's own answer is scheduled
   bool linger = false;       // evhttp answered an error: drop what the client still sends once it closes
   std::string method;        // the head's method when evhttp does not know it
@@ -326,6 +330,11 @@ class Worker {
     evhttp_connection* evcon = evhttp_request_get_connection(evreq);
     auto found = self->conns_.find(evcon);
     if (found != self->conns_.end() && found->second.pending > 0) found->second.pending -= 1;
+    auto head = evcon != nullptr ? self->heads_.find(evhttp_connection_get_bufferevent(evcon)) : self->heads_.end();
+    if (head != self->heads_.end()) {  // the answer is written: the connection is free for the next
+      head->second->busy = false;
+      if (head->second->refuse > 0) self->Refuse(head->second.get(), head->second->refuse);
+    }
   }
 
   static void OnClose(evhttp_connection* evcon, void* arg) {
@@ -372,8 +381,30 @@ class Worker {
         head->hooked = true;
       }
     }
-    if (head->skip > 0) Skip(head, input);
-    if (head->skip == 0 && head->expect) self->Inspect(head, input);
+    size_t length = evbuffer_get_length(input);
+    size_t added = std::min<size_t>(info->n_added, length);
+    if (head->skip > 0) {
+      Skip(head, input);
+      added = evbuffer_get_length(input);  // what is left is new, and the next head's
+    }
+    if (head->skip == 0 && head->expect && added > 0) {
+      self->Read(head, input, evbuffer_get_length(input) - added);
+    }
+  }
+
+  // Copy the input from `from` on (new bytes of the coming head) and look for its end.
+  void Read(Head* head, evbuffer* input, size_t from) {
+    size_t room = kMaxHead + 4 > head->seen.size() ? kMaxHead + 4 - head->seen.size() : 0;
+    size_t n = std::min(evbuffer_get_length(input) - from, room);
+    if (n > 0) {
+      evbuffer_ptr at;
+      evbuffer_ptr_set(input, &at, from, EVBUFFER_PTR_SET);
+      size_t old = head->seen.size();
+      head->seen.resize(old + n);
+      ev_ssize_t got = evbuffer_copyout_from(input, &at, &head->seen[old], n);
+      head->seen.resize(old + (got > 0 ? static_cast<size_t>(got) : 0));
+    }
+    Inspect(head);
   }
 
   static void Skip(Head* head, evbuffer* input) {
@@ -396,18 +427,21 @@ class Worker {
     head->skip += head->body_left;
     head->body_left = 0;
     head->expect = true;
-    evbuffer* input = bufferevent_get_input(bev);
+    head->busy = true;
+    head->seen.clear();
+    head->scanned = 0;
+    evbuffer* input = bufferevent_get_input(bev);  // (evhttp reads none of it before the answer)
     if (head->skip > 0) Skip(head, input);
-    if (head->skip == 0 && evbuffer_get_length(input) > 0) Inspect(head, input);
+    if (head->skip == 0 && evbuffer_get_length(input) > 0) Read(head, input, 0);
   }
 
-  void Inspect(Head* head, evbuffer* input) {
-    size_t available = std::min(evbuffer_get_length(input), kMaxHead + 4);
-    std::string text(available, '\0');
-    if (evbuffer_copyout(input, &text[0], available) < 0) return;
+  void Inspect(Head* head) {
+    const std::string& text = head->seen;
     // the head ends at an empty line (CRLF or a bare LF, as evhttp reads lines)
     size_t end = std::string::npos;
-    for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1)) {
+    size_t start = head->scanned > 2 ? head->scanned - 2 : 0;
+    head->scanned = text.size();
+    for (size_t at = text.find('\n', start); at != std::string::npos; at = text.find('\n', at + 1)) {
       size_t next = at + 1;
       if (next < text.size() && text[next] == '\r') ++next;
       if (next < text.size() && text[next] == '\n') {
@@ -416,10 +450,25 @@ class Worker {
       }
     }
     if (end == std::string::npos) {
-      if (available > kMaxHead) head->expect = false;  // evhttp refuses it (400)
+      if (text.size() > kMaxHead) Done(head);  // evhttp refuses it (400)
       return;
     }
+    Parse(head, text.substr(0, end));
+    Done(head);
+  }
+
+  static void Done(Head* head) {
     head->expect = false;
+    if (head->seen.capacity() > 4096) {
+      std::string().swap(head->seen);
+    } else {
+      head->seen.clear();
+    }
+    head->scanned = 0;
+  }
+
+  void Parse(Head* head, const std::string& text) {
+    size_t end = text.size();
     size_t line_end = text.find('\n');
     std::string first = text.substr(0, line_end);
     std::string method = first.substr(0, first.find(' '));
@@ -441,7 +490,7 @@ class Worker {
         size_t name_size = static_cast<size_t>(colon - line);
         if (SameName(line, name_size, "transfer-encoding")) {
           chunked = chunked || SameName(value, static_cast<size_t>(value_end - value), "chunked");
-        } else if (SameName(line, name_size, "content-length")) {
+        } else if (SameName(line, name_size, "content-length") && !has_length) {  // the first, as evhttp reads it
           has_length = true;
           uint64_t number = 0;
           bad_length = bad_length || value == value_end;
@@ -458,7 +507,11 @@ class Worker {
       at = stop + 1;
     }
     if (!chunked && has_length && !bad_length && declared > max_body_) {
-      Refuse(head, declared);
+      if (head->busy) {
+        head->refuse = declared;  // pipelined behind a request not answered yet: after its answer
+      } else {
+        Refuse(head, declared);
+      }
       return;
     }
     if (!known) head->method = method;
