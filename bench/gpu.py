@@ -57,41 +57,14 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
-from servers import free_port, ready
+import str_model  # noqa: E402
+from servers import free_port, ready  # noqa: E402
 
 TEXT = "text_recognition"
 OCR = "ocr"
 MODES = ("cpu", "cuda", "tensorrt cold", "tensorrt warm")
 GPU_MODES = MODES[1:]
 
-# The guide's config (Triton conceptual guide part 2), verbatim: KIND_GPU, 2 instances.
-TEXT_CONFIG = """name: "text_recognition"
-backend: "onnxruntime"
-max_batch_size : 8
-input [
-  {
-    name: "input.1"
-    data_type: TYPE_FP32
-    dims: [ 1, 32, 100 ]
-  }
-]
-output [
-  {
-    name: "308"
-    data_type: TYPE_FP32
-    dims: [ 26, 37 ]
-  }
-]
-
-dynamic_batching { }
-
-instance_group [
-    {
-      count: 2
-      kind: KIND_GPU
-    }
-]
-"""
 
 # The seeds' optimization block (002: ONNX Runtime accelerators), verbatim.
 TRT_OPTIMIZATION = """
@@ -237,8 +210,6 @@ def text_recognition_onnx(path: Path, width: float = 1.0) -> tuple[Path, str]:
         return perf_models.text_recognition(path, width=width), \
             f"the guide's STRModel layout at x{width:g} width, built with onnx.helper (bench/perf_models.py)"
     try:
-        import str_model
-
         return str_model.export(path), "the guide's STRModel exported with torch.onnx.export (bench/str_model.py)"
     except ImportError:
         import perf_models
@@ -257,7 +228,7 @@ def text_repository(root: Path, mode: str, onnx: Path) -> Path:
         return repo
     (repo / TEXT / "1").mkdir(parents=True)
     (repo / TEXT / "1" / "model.onnx").symlink_to(onnx)
-    config = TEXT_CONFIG if mode != "cpu" else TEXT_CONFIG.replace("KIND_GPU", "KIND_CPU")
+    config = str_model.guide_config("KIND_CPU" if mode == "cpu" else "KIND_GPU")
     (repo / TEXT / "config.pbtxt").write_text(config + (TRT_OPTIMIZATION if mode.startswith("tensorrt") else ""))
     return repo
 

@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 import ort_ceiling  # noqa: E402
 import perf_analyzer  # noqa: E402
 import perf_models  # noqa: E402
+import str_model  # noqa: E402
 import report  # noqa: E402
 import server_profile  # noqa: E402
 import servers  # noqa: E402
@@ -68,35 +69,6 @@ FULL = "text_recognition_full"
 # The model name the servers and perf_analyzer use (the seeds' command: -m text_recognition).
 SERVED = {TEXT: "text_recognition", TINY: "tiny", FULL: "text_recognition"}
 
-# Triton's conceptual guide, part 2: model_repository/text_recognition/config.pbtxt, verbatim but
-# for KIND_GPU -> KIND_CPU (this machine has no GPU).
-TUTORIAL_CONFIG = """name: "text_recognition"
-backend: "onnxruntime"
-max_batch_size : 8
-input [
-  {
-    name: "input.1"
-    data_type: TYPE_FP32
-    dims: [ 1, 32, 100 ]
-  }
-]
-output [
-  {
-    name: "308"
-    data_type: TYPE_FP32
-    dims: [ 26, 37 ]
-  }
-]
-
-dynamic_batching { }
-
-instance_group [
-    {
-      count: 2
-      kind: KIND_CPU
-    }
-]
-"""
 
 _CONFIG = """name: "{name}"
 backend: "onnxruntime"
@@ -125,7 +97,7 @@ class BenchConfig:
 
     def pbtxt(self, model: str, threads: int) -> str:
         if model == FULL:  # the guide's text; (1) and (2) are its config without batching / with 1 instance
-            text = TUTORIAL_CONFIG.replace("count: 2", f"count: {self.instances}")
+            text = str_model.guide_config("KIND_CPU", self.instances)  # this machine has no GPU
             return text if self.delay_us is not None else text.replace("dynamic_batching { }\n\n", "")
         if self.delay_us is None:
             batching = ""
@@ -210,11 +182,10 @@ def _git_commit() -> str:
 def _build_model(model: str, path: Path, width: float) -> Path:
     if model == FULL:
         try:
-            import str_model
+            return str_model.export(path)
         except ImportError:
             raise SystemExit("text_recognition_full needs torch (a CPU build): pip install torch==2.13.0 from "
                              "PyTorch's CPU wheel index, or leave it out with --models text_recognition,tiny") from None
-        return str_model.export(path)
     return perf_models.text_recognition(path, width=width) if model == TEXT else perf_models.tiny(path)
 
 

@@ -25,6 +25,42 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+# The guide's config (Triton conceptual guide part 2: model_repository/text_recognition/config.pbtxt),
+# verbatim: two KIND_GPU instances. guide_config() gives it with another kind or count.
+GUIDE_CONFIG = """name: "text_recognition"
+backend: "onnxruntime"
+max_batch_size : 8
+input [
+  {
+    name: "input.1"
+    data_type: TYPE_FP32
+    dims: [ 1, 32, 100 ]
+  }
+]
+output [
+  {
+    name: "308"
+    data_type: TYPE_FP32
+    dims: [ 26, 37 ]
+  }
+]
+
+dynamic_batching { }
+
+instance_group [
+    {
+      count: 2
+      kind: KIND_GPU
+    }
+]
+"""
+
+
+def guide_config(kind: str = "KIND_GPU", count: int = 2) -> str:
+    """The guide's config.pbtxt text with `kind` and `count` in its instance group."""
+    return GUIDE_CONFIG.replace("kind: KIND_GPU", f"kind: {kind}").replace("count: 2", f"count: {count}")
+
+
 INPUT_NAME = "input.1"
 OUTPUT_NAME = "308"
 NUM_CLASSES = 37

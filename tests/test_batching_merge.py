@@ -99,3 +99,36 @@ def test_requested_outputs_of_a_batch():
     assert requested_output_names([a, b], names) == ["OUTPUT0", "OUTPUT2"]  # the model's order
     b.requested_outputs = None  # b wants every output
     assert requested_output_names([a, b], names) == names
+
+
+def test_run_batch_runs_a_batching_model_once_and_a_non_batching_one_request_by_request():
+    from handlers.batching.merge import run_batch
+
+    requests = [req(n, x=np.zeros((1, 2), np.float32)) for n in "abc"]
+    calls: list[list[str]] = []
+
+    def run(batch):
+        calls.append([r.id for r in batch])
+        return [f"done {r.id}" for r in batch]
+
+    assert run_batch(requests, run, batching=True) == ["done a", "done b", "done c"] and calls == [["a", "b", "c"]]
+    calls.clear()
+    assert run_batch(requests, run, batching=False) == ["done a", "done b", "done c"] and calls == [["a"], ["b"], ["c"]]
+
+
+def test_refuse_alone_keeps_the_batch_order_and_runs_the_rest_together():
+    from handlers.batching.merge import refuse_alone
+    from handlers.inference import InferenceError
+
+    requests = [req(n, x=np.zeros((1, 2), np.float32)) for n in "abcd"]
+    bad = {"b": InferenceError("b is bad"), "d": InferenceError("d is bad")}
+    runs: list[list[str]] = []
+
+    def execute(batch):
+        runs.append([r.id for r in batch])
+        return [f"ran {r.id}" for r in batch]
+
+    outcomes = refuse_alone(requests, lambda r: bad.get(r.id), execute)
+    assert outcomes == ["ran a", bad["b"], "ran c", bad["d"]] and runs == [["a", "c"]]
+    assert refuse_alone(requests, lambda r: None, execute) is None and runs == [["a", "c"]]
+    assert refuse_alone(requests[1:2], lambda r: bad.get(r.id), execute) == [bad["b"]] and runs == [["a", "c"]]

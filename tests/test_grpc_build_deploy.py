@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -186,3 +187,30 @@ def test_deploy_dry_run_with_protocol_grpc(tmp_path, compiled):
     manifest = yaml.safe_load(Path(record["manifest"]).read_text())
     (container,) = manifest["spec"]["template"]["spec"]["containers"]
     assert container["ports"][0]["name"] == "h2c" and "grpc" in container["readinessProbe"]
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (DeployRequest(target="cloudrun", protocol="grpc", grpc_frontend="fast"), "--grpc-frontend fast: choose auto, native, grpcio"),
+    (DeployRequest(target="cloudrun", grpc_frontend="native"), "--grpc-frontend native applies to --protocol grpc services only"),
+    (DeployRequest(target="cloudrun", protocol="grpc", grpc_frontend="native", image="r.io/m:1"), "--image r.io/m:1 is built already"),
+    (DeployRequest(target="lambda", base_image="r.io/python:3.11", image="m.tar"), "--base-image chooses what the image built"),
+    (DeployRequest(target="knative", protocol="grpc", grpc_frontend="grpcio"), "does not apply to --target knative: it deploys a pushed --image"),
+    (DeployRequest(target="knative", base_image="r.io/python:3.11"), "toolkit build --target knative --base-image r.io/python:3.11 --push"),
+    (DeployRequest(target="lambda", grpc_frontend="native"), "applies to --protocol grpc services only"),
+])
+def test_deploy_build_options_apply_where_deploy_builds(request_, message):
+    with pytest.raises(DeployOptionError, match=re.escape(message)):
+        check_target_options(request_)
+    check_target_options(DeployRequest(target="cloudrun", protocol="grpc", grpc_frontend="grpcio", base_image="r.io/python:3.11"))
+    check_target_options(DeployRequest(target="lambda", base_image="r.io/python:3.11"))
+
+
+def test_deploy_plan_names_the_grpc_frontend_it_builds_with(tmp_path, compiled):
+    out = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "deploy", str(compiled.root), "--target", "cloudrun", "--region", "us-central1",
+         "--project", "p", "--name", "add-sub", "--protocol", "grpc", "--grpc-frontend", "grpcio", "--base-image",
+         "registry.local/python:3.11-slim", "--gpu", "none", "--dry-run", "--output", str(tmp_path / "out")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "COLUMNS": "250"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "(base image registry.local/python:3.11-slim, gRPC front end grpcio)" in " ".join(out.stdout.split())

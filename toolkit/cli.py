@@ -527,6 +527,12 @@ def deploy(
     protocol: Annotated[
         Optional[str], typer.Option("--protocol", help="cloudrun/knative: http (default) or grpc: the image's protocol (port h2c, gRPC health probes)")
     ] = None,
+    base_image: Annotated[
+        Optional[str], typer.Option("--base-image", help="lambda/cloudrun without --image: toolkit build's base image for the image built from the repository")
+    ] = None,
+    grpc_frontend: Annotated[
+        Optional[str], typer.Option("--grpc-frontend", help="cloudrun --protocol grpc without --image: toolkit build's --grpc-frontend (auto, native or grpcio)")
+    ] = None,
 ) -> None:
     """Deploy a repository (or an image of it) to AWS Lambda, Cloud Run or Knative."""
     from .deploy.command import DeployRequest, run_deploy
@@ -540,7 +546,7 @@ def deploy(
         max_instances=max_instances, startup_budget=startup_budget, cpu_throttling=cpu_throttling,
         startup_cpu_boost=startup_cpu_boost, gpu_zonal_redundancy=gpu_zonal_redundancy, service_account=service_account,
         project=project, ar_repository=ar_repository, api_endpoint=api_endpoint, allow_unauthenticated=allow_unauthenticated,
-        namespace=namespace, context=context, protocol=protocol,
+        namespace=namespace, context=context, protocol=protocol, base_image=base_image, grpc_frontend=grpc_frontend,
     )
     try:
         outcome = run_deploy(request, _RichDeployUI(quiet))

@@ -41,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from ..batching.merge import batch_responses, batch_sizes, merge_inputs, requested_output_names, split_outputs, stamp_compute
+from ..batching.merge import (
+    batch_responses, batch_sizes, merge_inputs, refuse_alone, requested_output_names, run_batch, split_outputs, stamp_compute,
+)
 from ..errors import InferenceError, internal, invalid_argument
 from ..inference import InferOutcome, InferRequest
 from ..manifest import ModelSpec
@@ -582,17 +584,10 @@ class OpenVINOInstance:
     def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
         """Run a batch: a request whose shapes the compiled model cannot take is refused alone
         (INVALID_ARG); the others run together (each on its own for a non-batching model)."""
-        refused = {i: error for i, r in enumerate(requests) if (error := self._incompatible(r)) is not None}
-        if refused:
-            runnable = [r for i, r in enumerate(requests) if i not in refused]
-            results = iter(self.execute(runnable) if runnable else ())
-            return [refused[i] if i in refused else next(results) for i in range(len(requests))]
-        if self.batching or len(requests) == 1:
-            return self._run(requests)
-        outcomes: list[InferOutcome] = []
-        for request in requests:
-            outcomes.extend(self._run([request]))
-        return outcomes
+        refused = refuse_alone(requests, self._incompatible, self.execute)
+        if refused is not None:
+            return refused
+        return run_batch(requests, self._run, batching=self.batching)
 
     def _incompatible(self, request: InferRequest) -> InferenceError | None:
         for name, array in request.inputs.items():

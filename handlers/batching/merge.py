@@ -16,7 +16,32 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
-from ..inference import InferRequest, InferResponse
+from ..inference import InferenceError, InferOutcome, InferRequest, InferResponse
+
+
+def run_batch(
+    requests: Sequence[InferRequest], run: Callable[[list[InferRequest]], list[InferOutcome]], *, batching: bool
+) -> list[InferOutcome]:
+    """A batching model runs the whole batch in one `run`; a non-batching model's requests (never
+    merged) each run alone."""
+    if batching or len(requests) == 1:
+        return run(list(requests))
+    return [outcome for request in requests for outcome in run([request])]
+
+
+def refuse_alone(
+    requests: Sequence[InferRequest],
+    check: Callable[[InferRequest], InferenceError | None],
+    execute: Callable[[list[InferRequest]], list[InferOutcome]],
+) -> list[InferOutcome] | None:
+    """The requests `check` finds fault with get its error, alone; the rest of the batch runs together
+    through `execute`, outcomes in the batch's order. None when `check` refuses none."""
+    refused = {i: error for i, r in enumerate(requests) if (error := check(r)) is not None}
+    if not refused:
+        return None
+    runnable = [r for i, r in enumerate(requests) if i not in refused]
+    results = iter(execute(runnable) if runnable else ())
+    return [refused[i] if i in refused else next(results) for i in range(len(requests))]
 
 
 def merge_inputs(

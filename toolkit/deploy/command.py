@@ -70,6 +70,10 @@ class DeployRequest:
     context: str | None = None
     # cloudrun / knative: what the image serves on its port (None: http)
     protocol: str | None = None
+    # when deploy builds the image from the repository (no --image): toolkit build's --base-image
+    # (lambda, cloudrun) and --grpc-frontend (cloudrun --protocol grpc)
+    base_image: str | None = None
+    grpc_frontend: str | None = None
 
 
 @dataclass
@@ -99,6 +103,7 @@ def check_target_options(request: DeployRequest) -> None:
             "AWS Lambda has no gRPC: deploy with --protocol http and drive the function with gRPC clients through "
             "`toolkit proxy URL --grpc-port 8001`"
         )
+    _check_build_options(request)
     allowed = {
         "lambda": set(LAMBDA_ONLY),
         "cloudrun": set(SERVICE_ONLY) | set(CLOUDRUN_ONLY) | {"gpu_zonal_redundancy", "startup_cpu_boost"},
@@ -108,6 +113,29 @@ def check_target_options(request: DeployRequest) -> None:
         if getattr(request, option) is not None and option not in allowed:
             flag = "--" + option.replace("_", "-")
             raise DeployOptionError(f"{flag} does not apply to --target {request.target}")
+
+
+def _check_build_options(request: DeployRequest) -> None:
+    """--base-image and --grpc-frontend choose what `toolkit build` puts into the image deploy builds
+    from the repository; they mean nothing where no image is built."""
+    from ..build.grpc_frontend import CHOICES
+
+    for option, value in (("--base-image", request.base_image), ("--grpc-frontend", request.grpc_frontend)):
+        if value is None:
+            continue
+        if request.target == "knative":
+            raise DeployOptionError(
+                f"{option} does not apply to --target knative: it deploys a pushed --image (toolkit build --target "
+                f"knative {option} {value} --push REGISTRY)"
+            )
+        if request.image is not None:
+            raise DeployOptionError(f"{option} chooses what the image built from the repository carries: --image {request.image} is built already")
+    if request.grpc_frontend is None:
+        return
+    if request.grpc_frontend not in CHOICES:
+        raise DeployOptionError(f"--grpc-frontend {request.grpc_frontend}: choose {', '.join(CHOICES)}")
+    if request.protocol != "grpc":
+        raise DeployOptionError(f"--grpc-frontend {request.grpc_frontend} applies to --protocol grpc services only")
 
 
 def resolve_name(request: DeployRequest) -> str:
@@ -167,7 +195,7 @@ def run_deploy(request: DeployRequest, ui: DeployUI) -> DeployOutcome:
                 architecture=request.arch, auth=request.auth, provisioned_concurrency=request.provisioned_concurrency,
                 environment=environment,
             ),
-            ecr_repository=request.ecr_repository, role_arn=request.role, engine=request.engine,
+            ecr_repository=request.ecr_repository, role_arn=request.role, engine=request.engine, base_image=request.base_image,
             smoke_test=request.smoke_test if request.smoke_test is not None else True,
             dry_run=request.dry_run, manifest_dir=output,
         )
@@ -198,7 +226,8 @@ def run_deploy(request: DeployRequest, ui: DeployUI) -> DeployOutcome:
             name=name, region=request.region, image=request.image, repository=request.repository, models=request.models,
             project=request.project, overrides=overrides, allow_unauthenticated=bool(request.allow_unauthenticated),
             ar_repository=request.ar_repository or "toolkit", engine=request.engine, dry_run=request.dry_run,
-            output_dir=output, api_endpoint=request.api_endpoint,
+            output_dir=output, api_endpoint=request.api_endpoint, base_image=request.base_image,
+            grpc_frontend=request.grpc_frontend or "auto",
         )
         settings, source = plan_cloudrun(dataclasses.replace(options, overrides=dataclasses.replace(overrides)), compiled)
         lines = plan_lines(settings, source, options, "cloudrun")  # type: ignore[arg-type]

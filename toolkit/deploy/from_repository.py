@@ -25,16 +25,19 @@ def compile_for_deploy(repository: str, models: list[str] | None, device: str) -
 
 
 def build_image(
-    repository: str, target: str, models: list[str] | None, platform: str, device: str, ui: DeployUI, protocol: str = "http"
+    repository: str, target: str, models: list[str] | None, platform: str, device: str, ui: DeployUI, protocol: str = "http",
+    *, base_image: str | None = None, grpc_frontend: str = "auto",
 ) -> str:
-    """Build the image with `toolkit build` (a container engine is needed); its local reference."""
+    """Build the image with `toolkit build` (a container engine is needed); its local reference.
+    `base_image` and `grpc_frontend` are toolkit build's --base-image and --grpc-frontend."""
     from ..build import BuildError, BuildOptions, run_build
 
     ui.step(f"building the {target} image of {repository} (toolkit build)")
     try:
         result = run_build(
             BuildOptions(
-                repository=repository, target=target, models=models, platform=platform, device=device, protocol=protocol
+                repository=repository, target=target, models=models, platform=platform, device=device, protocol=protocol,
+                base_image=base_image, grpc_frontend=grpc_frontend,
             ),
             ui,
         )

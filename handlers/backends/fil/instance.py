@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import time
 
-from ...batching.merge import batch_responses, batch_sizes, merge_inputs, requested_output_names, split_outputs, stamp_compute
+from ...batching.merge import (
+    batch_responses, batch_sizes, merge_inputs, requested_output_names, run_batch, split_outputs, stamp_compute,
+)
 from ...errors import internal, invalid_argument
 from ...inference import InferOutcome, InferRequest
 from ...manifest import ModelSpec
@@ -57,12 +59,7 @@ class FilInstance:
             log.info("model '%s': %s", spec.name, note)
 
     def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
-        if self.batching or len(requests) == 1:
-            return self._run(requests)
-        outcomes: list[InferOutcome] = []
-        for request in requests:
-            outcomes.extend(self._run([request]))
-        return outcomes
+        return run_batch(requests, self._run, batching=self.batching)
 
     def _run(self, requests: list[InferRequest]) -> list[InferOutcome]:
         start = time.monotonic_ns()
@@ -89,10 +86,7 @@ class FilInstance:
         return outcomes
 
     def _one_by_one(self, requests: list[InferRequest]) -> list[InferOutcome]:
-        outcomes: list[InferOutcome] = []
-        for request in requests:
-            outcomes.extend(self._run([request]))
-        return outcomes
+        return run_batch(requests, self._run, batching=False)
 
     def close(self) -> None:
         self.model.close()

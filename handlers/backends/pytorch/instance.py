@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from ...batching.merge import batch_responses, batch_sizes, merge_inputs, requested_output_names, stamp_compute
+from ...batching.merge import (
+    batch_responses, batch_sizes, merge_inputs, refuse_alone, requested_output_names, run_batch, stamp_compute,
+)
 from ...errors import ErrorCode, InferenceError, invalid_argument
 from ...inference import InferOutcome, InferRequest
 from ...manifest import ModelSpec
@@ -202,18 +204,11 @@ class PyTorchInstance:
         """Run a batch. A batching model runs the whole batch at once; a non-batching model
         (max_batch_size 0) is never merged, so each of its requests runs alone. A request whose
         BYTES are not UTF-8 is refused alone; the rest of its batch runs."""
-        refused = {i: error for i, r in enumerate(requests) if (error := self._undecodable(r)) is not None}
-        if refused:
-            runnable = [r for i, r in enumerate(requests) if i not in refused]
-            results = iter(self.execute(runnable) if runnable else ())
-            return [refused[i] if i in refused else next(results) for i in range(len(requests))]
+        refused = refuse_alone(requests, self._undecodable, self.execute)
+        if refused is not None:
+            return refused
         try:
-            if self.batching or len(requests) == 1:
-                return self._run(requests)
-            outcomes: list[InferOutcome] = []
-            for request in requests:
-                outcomes.extend(self._run([request]))
-            return outcomes
+            return run_batch(requests, self._run, batching=self.batching)
         finally:
             if self.parameters.cache_cleaning and self._cuda:
                 self.torch.cuda.empty_cache()

@@ -56,6 +56,7 @@ class LambdaDeployOptions:
     ecr_repository: str | None = None
     role_arn: str | None = None  # an existing execution role instead of the toolkit-made one
     engine: str = "auto"
+    base_image: str | None = None  # toolkit build's --base-image when the image is built from the repository
     smoke_test: bool = True
     dry_run: bool = False
     manifest_dir: Path | None = None  # also write the SAM template there
@@ -192,7 +193,9 @@ def _deploy(options: LambdaDeployOptions, plan: LambdaPlan, ui: DeployUI, sessio
         from ..from_repository import build_image
 
         assert options.repository is not None
-        source = parse_image(build_image(options.repository, "lambda", options.models, PLATFORMS[settings.architecture], "cpu", ui))
+        source = parse_image(build_image(
+            options.repository, "lambda", options.models, PLATFORMS[settings.architecture], "cpu", ui, base_image=options.base_image,
+        ))
     with tempfile.TemporaryDirectory(prefix="toolkit-deploy-") as tmp:
         pushed = push_image(
             ecr, source, account=account, region=region, repository=plan.ecr_repository,

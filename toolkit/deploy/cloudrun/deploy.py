@@ -49,6 +49,9 @@ class CloudRunDeployOptions:
     dry_run: bool = False
     output_dir: Path = Path(".")
     api_endpoint: str | None = None  # one base URL for every Google API (private endpoints, tests)
+    # toolkit build's --base-image and --grpc-frontend when the image is built from the repository
+    base_image: str | None = None
+    grpc_frontend: str = "auto"
     wait_timeout_s: float | None = None
     poll_s: float = 2.0
     sleep: Callable[[float], None] = time.sleep
@@ -79,6 +82,11 @@ def plan_lines(settings: ServiceSettings, source: ImageReference | None, options
     project = _project_hint(options) or "<project>"
     if source is None:
         image = f"build (toolkit build), push to {registry_host(options.region or '<region>')}/{project}/{options.ar_repository}"
+        built_with = [f"base image {options.base_image}"] if options.base_image else []
+        if settings.protocol == "grpc":
+            built_with.append(f"gRPC front end {options.grpc_frontend}")
+        if built_with:
+            image += f" ({', '.join(built_with)})"
     elif is_google_registry(source.registry) or source.registry in PUBLIC_REGISTRIES:
         image = f"{source} (used as it is)"
     else:
@@ -168,7 +176,7 @@ def deploy_cloudrun(
         assert options.repository is not None
         source = parse_image(build_image(
             options.repository, "cloudrun", options.models, "linux/amd64", "gpu" if settings.gpu else "cpu", ui,
-            settings.protocol,
+            settings.protocol, base_image=options.base_image, grpc_frontend=options.grpc_frontend,
         ))
         assert isinstance(source, ImageReference)
     needs_push = not (is_google_registry(source.registry) or source.registry in PUBLIC_REGISTRIES)
