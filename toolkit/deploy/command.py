@@ -118,7 +118,7 @@ def check_target_options(request: DeployRequest) -> None:
 def _check_build_options(request: DeployRequest) -> None:
     """--base-image and --grpc-frontend choose what `toolkit build` puts into the image deploy builds
     from the repository; they mean nothing where no image is built."""
-    from ..build.grpc_frontend import CHOICES
+    from ..build.native_frontend import GRPC
 
     for option, value in (("--base-image", request.base_image), ("--grpc-frontend", request.grpc_frontend)):
         if value is None:
@@ -132,8 +132,8 @@ def _check_build_options(request: DeployRequest) -> None:
             raise DeployOptionError(f"{option} chooses what the image built from the repository carries: --image {request.image} is built already")
     if request.grpc_frontend is None:
         return
-    if request.grpc_frontend not in CHOICES:
-        raise DeployOptionError(f"--grpc-frontend {request.grpc_frontend}: choose {', '.join(CHOICES)}")
+    if request.grpc_frontend not in GRPC.choices:
+        raise DeployOptionError(f"--grpc-frontend {request.grpc_frontend}: choose {', '.join(GRPC.choices)}")
     if request.protocol != "grpc":
         raise DeployOptionError(f"--grpc-frontend {request.grpc_frontend} applies to --protocol grpc services only")
 
