@@ -102,12 +102,18 @@ def test_sigterm_drains_in_flight_requests(slow_repo):
         threads = [threading.Thread(target=call) for _ in range(6)]
         for t in threads:
             t.start()
-        # wait until the server holds all six (one executing, five queued)
+        # wait until the server has all six: one executing, the others queued or done (queued +
+        # done >= 5; waiting for five queued could miss them when the first finishes before the
+        # last arrives, and fewer would let SIGTERM refuse a late one)
         deadline = time.monotonic() + 30
         while True:
             metrics = _status(f"{server.http}/metrics")[1].decode()
-            pending = [l for l in metrics.splitlines() if l.startswith('nv_inference_pending_request_count{model="slow"')]
-            if pending and float(pending[0].rsplit(" ", 1)[1]) >= 4:
+            counts = {}
+            for line in metrics.splitlines():
+                for name in ("nv_inference_pending_request_count", "nv_inference_request_success"):
+                    if line.startswith(name + '{model="slow"'):
+                        counts[name] = float(line.rsplit(" ", 1)[1])
+            if sum(counts.values()) >= 5:
                 break
             assert time.monotonic() < deadline, "requests never queued"
             time.sleep(0.01)
