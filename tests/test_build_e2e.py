@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -107,6 +108,24 @@ def wait_ready(url: str, container: str, env: dict[str, str], timeout: float = 1
         time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
     logs = docker(env, "logs", container, check=False)
     raise AssertionError(f"{container} not ready: {logs.stdout}{logs.stderr}")
+
+
+def deploy_builds(env: dict[str, str], tmp_path: Path, *args: str) -> str:
+    """`toolkit deploy QUICKSTART --target cloudrun ARGS` with no --image and no Google credentials:
+    it builds the image (toolkit build's pipeline, the base image BASE_IMAGE) and stops at the
+    credentials with the commands that would push and deploy it. Returns the image reference those
+    commands push (its tag is the build's content tag)."""
+    env = {**env, "CLOUDSDK_CONFIG": str(tmp_path / "no-gcloud"), "NO_GCE_CHECK": "True", "PYTHONPATH": str(ROOT)}
+    env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "deploy", str(QUICKSTART), "--target", "cloudrun", "--base-image", BASE_IMAGE,
+         "--region", "us-central1", "--project", "p", "--output", str(tmp_path / "deploy-out"), "-q", *args],
+        capture_output=True, text=True, env=env, timeout=1200, cwd=tmp_path,
+    )
+    assert result.returncode == 1 and "not deployed" in result.stderr, result.stdout + result.stderr
+    pushed = re.search(r"docker push (us-central1-docker\.pkg\.dev/p/toolkit/\S+)", result.stdout)
+    assert pushed, result.stdout
+    return pushed.group(1)
 
 
 def stop_and_logs(env: dict[str, str], container: str) -> str:

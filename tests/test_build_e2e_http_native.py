@@ -19,7 +19,7 @@ import pytest
 import tritonclient.http as httpclient
 from serving import free_port
 from test_build_e2e import (  # noqa: F401 (engine is a fixture)
-    BASE_IMAGE, docker, engine, infer_add_sub, stop_and_logs, toolkit_build, wait_ready,
+    BASE_IMAGE, deploy_builds, docker, engine, infer_add_sub, stop_and_logs, toolkit_build, wait_ready,
 )
 
 from toolkit.build.native_frontend import HTTP
@@ -133,3 +133,12 @@ def test_a_second_build_reuses_the_cached_wheel(engine: dict[str, str], native_i
     assert frontend["source"] == "cache" and frontend["wheel"] == native_image["http_frontend"]["wheel"], frontend
     assert "reused from the wheel cache" in report["output"]
     assert HTTP.cache_folder == "httpnative"
+
+
+def test_deploy_builds_with_its_http_frontend(engine: dict[str, str], uvicorn_image: dict, native_image: dict, tmp_path) -> None:  # noqa: F811
+    """`toolkit deploy --target cloudrun` from a repository builds with toolkit build's
+    --http-frontend: `uvicorn` gives the uvicorn image again, the default the native one (the same
+    contexts, so the same images) before stopping at the Google credentials this machine lacks."""
+    tag = deploy_builds(engine, tmp_path, "--http-frontend", "uvicorn").rsplit(":", 1)[1]
+    assert tag == uvicorn_image["image"].rsplit(":", 1)[1]
+    assert deploy_builds(engine, tmp_path).rsplit(":", 1)[1] == native_image["image"].rsplit(":", 1)[1]

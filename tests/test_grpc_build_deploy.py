@@ -196,13 +196,17 @@ def test_deploy_dry_run_with_protocol_grpc(tmp_path, compiled):
     (DeployRequest(target="lambda", base_image="r.io/python:3.11", image="m.tar"), "--base-image chooses what the image built"),
     (DeployRequest(target="knative", protocol="grpc", grpc_frontend="grpcio"), "does not apply to --target knative: it deploys a pushed --image"),
     (DeployRequest(target="knative", base_image="r.io/python:3.11"), "toolkit build --target knative --base-image r.io/python:3.11 --push"),
-    (DeployRequest(target="lambda", grpc_frontend="native"), "applies to --protocol grpc services only"),
+    (DeployRequest(target="lambda", grpc_frontend="native"), "applies to Cloud Run services only: a Lambda function has no gRPC server"),
+    (DeployRequest(target="lambda", http_frontend="native"), "applies to Cloud Run services only: a Lambda function has no HTTP server"),
+    (DeployRequest(target="cloudrun", http_frontend="granian"), "--http-frontend granian: choose auto, native, uvicorn"),
+    (DeployRequest(target="cloudrun", protocol="grpc", http_frontend="uvicorn"), "--http-frontend uvicorn applies to --protocol http services only"),
 ])
 def test_deploy_build_options_apply_where_deploy_builds(request_, message):
     with pytest.raises(DeployOptionError, match=re.escape(message)):
         check_target_options(request_)
     check_target_options(DeployRequest(target="cloudrun", protocol="grpc", grpc_frontend="grpcio", base_image="r.io/python:3.11"))
     check_target_options(DeployRequest(target="lambda", base_image="r.io/python:3.11"))
+    check_target_options(DeployRequest(target="cloudrun", http_frontend="uvicorn"))
 
 
 def test_deploy_plan_names_the_grpc_frontend_it_builds_with(tmp_path, compiled):
@@ -214,3 +218,11 @@ def test_deploy_plan_names_the_grpc_frontend_it_builds_with(tmp_path, compiled):
     )
     assert out.returncode == 0, out.stderr
     assert "(base image registry.local/python:3.11-slim, gRPC front end grpcio)" in " ".join(out.stdout.split())
+    http = subprocess.run(
+        [sys.executable, "-m", "toolkit.cli", "deploy", str(compiled.root), "--target", "cloudrun", "--region", "us-central1",
+         "--project", "p", "--name", "add-sub", "--http-frontend", "uvicorn", "--gpu", "none", "--dry-run", "--output",
+         str(tmp_path / "out-http")],
+        capture_output=True, text=True, cwd=ROOT, timeout=120, env={**os.environ, "COLUMNS": "250"},
+    )
+    assert http.returncode == 0, http.stderr
+    assert "(HTTP front end uvicorn)" in " ".join(http.stdout.split())

@@ -533,6 +533,9 @@ def deploy(
     grpc_frontend: Annotated[
         Optional[str], typer.Option("--grpc-frontend", help="cloudrun --protocol grpc without --image: toolkit build's --grpc-frontend (auto, native or grpcio)")
     ] = None,
+    http_frontend: Annotated[
+        Optional[str], typer.Option("--http-frontend", help="cloudrun --protocol http without --image: toolkit build's --http-frontend (auto, native or uvicorn)")
+    ] = None,
 ) -> None:
     """Deploy a repository (or an image of it) to AWS Lambda, Cloud Run or Knative."""
     from .deploy.command import DeployRequest, run_deploy
@@ -547,6 +550,7 @@ def deploy(
         startup_cpu_boost=startup_cpu_boost, gpu_zonal_redundancy=gpu_zonal_redundancy, service_account=service_account,
         project=project, ar_repository=ar_repository, api_endpoint=api_endpoint, allow_unauthenticated=allow_unauthenticated,
         namespace=namespace, context=context, protocol=protocol, base_image=base_image, grpc_frontend=grpc_frontend,
+        http_frontend=http_frontend,
     )
     try:
         outcome = run_deploy(request, _RichDeployUI(quiet))

@@ -74,6 +74,7 @@ class DeployRequest:
     # (lambda, cloudrun) and --grpc-frontend (cloudrun --protocol grpc)
     base_image: str | None = None
     grpc_frontend: str | None = None
+    http_frontend: str | None = None
 
 
 @dataclass
@@ -116,11 +117,12 @@ def check_target_options(request: DeployRequest) -> None:
 
 
 def _check_build_options(request: DeployRequest) -> None:
-    """--base-image and --grpc-frontend choose what `toolkit build` puts into the image deploy builds
-    from the repository; they mean nothing where no image is built."""
-    from ..build.native_frontend import GRPC
+    """--base-image, --grpc-frontend and --http-frontend choose what `toolkit build` puts into the
+    image deploy builds from the repository; they mean nothing where no image is built."""
+    from ..build.native_frontend import GRPC, HTTP
 
-    for option, value in (("--base-image", request.base_image), ("--grpc-frontend", request.grpc_frontend)):
+    for option, value in (("--base-image", request.base_image), ("--grpc-frontend", request.grpc_frontend),
+                          ("--http-frontend", request.http_frontend)):
         if value is None:
             continue
         if request.target == "knative":
@@ -130,12 +132,15 @@ def _check_build_options(request: DeployRequest) -> None:
             )
         if request.image is not None:
             raise DeployOptionError(f"{option} chooses what the image built from the repository carries: --image {request.image} is built already")
-    if request.grpc_frontend is None:
-        return
-    if request.grpc_frontend not in GRPC.choices:
-        raise DeployOptionError(f"--grpc-frontend {request.grpc_frontend}: choose {', '.join(GRPC.choices)}")
-    if request.protocol != "grpc":
-        raise DeployOptionError(f"--grpc-frontend {request.grpc_frontend} applies to --protocol grpc services only")
+    for option, value, kind in (("--grpc-frontend", request.grpc_frontend, GRPC), ("--http-frontend", request.http_frontend, HTTP)):
+        if value is None:
+            continue
+        if value not in kind.choices:
+            raise DeployOptionError(f"{option} {value}: choose {', '.join(kind.choices)}")
+        if request.target == "lambda":
+            raise DeployOptionError(f"{option} {value} applies to Cloud Run services only: a Lambda function has no {kind.label} server")
+        if (request.protocol or "http") != kind.name:
+            raise DeployOptionError(f"{option} {value} applies to --protocol {kind.name} services only")
 
 
 def resolve_name(request: DeployRequest) -> str:
@@ -227,7 +232,7 @@ def run_deploy(request: DeployRequest, ui: DeployUI) -> DeployOutcome:
             project=request.project, overrides=overrides, allow_unauthenticated=bool(request.allow_unauthenticated),
             ar_repository=request.ar_repository or "toolkit", engine=request.engine, dry_run=request.dry_run,
             output_dir=output, api_endpoint=request.api_endpoint, base_image=request.base_image,
-            grpc_frontend=request.grpc_frontend or "auto",
+            grpc_frontend=request.grpc_frontend or "auto", http_frontend=request.http_frontend or "auto",
         )
         settings, source = plan_cloudrun(dataclasses.replace(options, overrides=dataclasses.replace(overrides)), compiled)
         lines = plan_lines(settings, source, options, "cloudrun")  # type: ignore[arg-type]

@@ -26,10 +26,10 @@ def compile_for_deploy(repository: str, models: list[str] | None, device: str) -
 
 def build_image(
     repository: str, target: str, models: list[str] | None, platform: str, device: str, ui: DeployUI, protocol: str = "http",
-    *, base_image: str | None = None, grpc_frontend: str = "auto",
+    *, base_image: str | None = None, grpc_frontend: str = "auto", http_frontend: str = "auto",
 ) -> str:
     """Build the image with `toolkit build` (a container engine is needed); its local reference.
-    `base_image` and `grpc_frontend` are toolkit build's --base-image and --grpc-frontend."""
+    `base_image`, `grpc_frontend` and `http_frontend` are toolkit build's options of those names."""
     from ..build import BuildError, BuildOptions, run_build
 
     ui.step(f"building the {target} image of {repository} (toolkit build)")
@@ -37,7 +37,7 @@ def build_image(
         result = run_build(
             BuildOptions(
                 repository=repository, target=target, models=models, platform=platform, device=device, protocol=protocol,
-                base_image=base_image, grpc_frontend=grpc_frontend,
+                base_image=base_image, grpc_frontend=grpc_frontend, http_frontend=http_frontend,
             ),
             ui,
         )

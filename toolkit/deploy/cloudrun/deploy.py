@@ -52,6 +52,7 @@ class CloudRunDeployOptions:
     # toolkit build's --base-image and --grpc-frontend when the image is built from the repository
     base_image: str | None = None
     grpc_frontend: str = "auto"
+    http_frontend: str = "auto"
     wait_timeout_s: float | None = None
     poll_s: float = 2.0
     sleep: Callable[[float], None] = time.sleep
@@ -85,6 +86,8 @@ def plan_lines(settings: ServiceSettings, source: ImageReference | None, options
         built_with = [f"base image {options.base_image}"] if options.base_image else []
         if settings.protocol == "grpc":
             built_with.append(f"gRPC front end {options.grpc_frontend}")
+        elif options.http_frontend != "auto":
+            built_with.append(f"HTTP front end {options.http_frontend}")
         if built_with:
             image += f" ({', '.join(built_with)})"
     elif is_google_registry(source.registry) or source.registry in PUBLIC_REGISTRIES:
@@ -177,6 +180,7 @@ def deploy_cloudrun(
         source = parse_image(build_image(
             options.repository, "cloudrun", options.models, "linux/amd64", "gpu" if settings.gpu else "cpu", ui,
             settings.protocol, base_image=options.base_image, grpc_frontend=options.grpc_frontend,
+            http_frontend=options.http_frontend,
         ))
         assert isinstance(source, ImageReference)
     needs_push = not (is_google_registry(source.registry) or source.registry in PUBLIC_REGISTRIES)
