@@ -226,12 +226,15 @@ def arms(variants: str, frontend_spec: str) -> list[Arm]:
 
 @contextlib.contextmanager
 def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable,
-                  cpus: str | None = None, frontend: Frontend = FRONTENDS["http-uvicorn"]) -> Iterator[str]:
+                  cpus: str | None = None, frontend: Frontend = FRONTENDS["http-uvicorn"],
+                  source: Path = ROOT) -> Iterator[str]:
     """`toolkit serve REPO --device cpu` on a free HTTP port (and, for a gRPC `frontend`, a free
     gRPC port; the metrics port off, so that nothing else on the machine collides with them) until
     ready; yields the host:port perf_analyzer reaches it at for `frontend.protocol`, stops its
     process group on exit. For the per-backend benches (bench/*_ceiling.py, openvino_bench.py).
-    `cpus` (a taskset list) pins the server to those CPUs (its CPU budget then sees only them)."""
+    `cpus` (a taskset list) pins the server to those CPUs (its CPU budget then sees only them).
+    `source`: the tree whose toolkit/ and handlers/ run (python -m puts it first on the path; a
+    before/after comparison serves from an exported older commit)."""
     port = free_port()
     grpc_port = free_port() if frontend.grpc is not None else 0
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -240,7 +243,7 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
         process = subprocess.Popen(
             [*pin, python, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
              "--grpc-port", str(grpc_port), "--metrics-port", "0", "--log-level", "warning"],
-            cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=source, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **frontend.env()},
         )
     try:
