@@ -44,7 +44,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -95,7 +94,7 @@ def ort_ceiling_at(repo: Path, batch: int, instances: int, seconds: float) -> fl
     from toolkit.repository.compile import compile_repository
 
     config = compile_repository(repo).models[ORT_MODEL].config
-    x = np.random.default_rng(0).standard_normal((batch, *SHAPE)).astype(np.float32)
+    x = perf_analyzer.random_input(SHAPE, batch)  # the data perf_analyzer sends (random bytes, one row repeated)
     return ort_ceiling.throughput(repo / ORT_MODEL / "1" / "model.onnx", config, {"input.1": x}, instances, seconds)
 
 
@@ -124,7 +123,7 @@ def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     spec = Manifest.from_dict(compiled.manifest(), repo).models[MODEL]
     model = backend.compile_model(spec, 1)
     requests = [model.compiled.create_infer_request() for _ in range(instances)]
-    x = np.random.default_rng(0).standard_normal((batch, *SHAPE)).astype(np.float32)
+    x = perf_analyzer.random_input(SHAPE, batch)  # the data perf_analyzer sends (random bytes, one row repeated)
     for request in requests:
         request.infer({"input.1": x}, share_inputs=True)  # warm-up
     calls = [lambda request=request: request.infer({"input.1": x}, share_inputs=True) for request in requests]
