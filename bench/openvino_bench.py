@@ -44,7 +44,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
