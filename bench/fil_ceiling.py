@@ -12,7 +12,9 @@ batches of some average size B rows (its statistics). The ceiling is the same mo
 batches of B rows back to back, in this process, on as many threads as instances, each instance
 with its threads (the runtime's own FilModel, bench/ort_ceiling.py's method): a server that
 forms batches of B cannot do better. Serve runs and ceiling runs alternate (--repeats); the
-result is the ratio of medians. Two variants, interleaved, each with its own server (--variants):
+result is the ratio of medians. Front ends (--frontends: uvicorn HTTP, the native HTTP front end,
+the native gRPC front end with perf_analyzer -i grpc; servers.FRONTENDS) times two CPU variants,
+interleaved, each pair with its own server (--variants):
 `shared` (perf_analyzer, server and ceiling on all CPUs) and `pinned` (perf_analyzer on the first
 CPU, the server and the ceiling on the others, so the client's CPU counts for neither). The
 ceiling predicts the rows perf_analyzer sends (one random-bytes row, repeated). Target: >= 90 % with 16 rows per request, where the model's work
@@ -130,6 +132,7 @@ def main() -> None:
     parser.add_argument("--variants", default="shared,pinned",
                         help="shared: perf_analyzer, server and ceiling on all CPUs; pinned: perf_analyzer on the "
                              "first CPU, server and ceiling on the others (servers.split_cpus)")
+    servers.add_frontend_argument(parser)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rows", default="1,16", help="rows per request (perf_analyzer -b), comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
@@ -147,64 +150,69 @@ def main() -> None:
         args.repeats, args.measurement_ms = 1, 1000
 
     sizes = [int(r) for r in args.rows.split(",")]
-    variants = args.variants.split(",")
-    split = servers.split_cpus()
-    if "pinned" in variants and split is None:
-        print("one CPU: no pinned variant")
-        variants = [v for v in variants if v != "pinned"]
+    arms = servers.arms(args.variants, args.frontends)
+    load_at_start = os.getloadavg()[0]
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         repo = make_repository(Path(tmp) / "models", args.framework, args.trees, args.features, args.instances,
                                args.cpu_nthread)
-        urls, cpus = {}, {}
-        for variant in variants:  # one server per variant, all started first: the repeats interleave them
-            client, server = split if variant == "pinned" else (None, None)
-            cpus[variant] = (client, server)
-            urls[variant] = stack.enter_context(servers.toolkit_serve(
-                repo, Path(tmp) / f"serve-{variant}.log", timeout=120, cpus=server))
+        urls = {}
+        for arm in arms:  # one server per arm, all started first: the repeats interleave them
+            urls[arm.name] = stack.enter_context(servers.toolkit_serve(
+                repo, Path(tmp) / f"serve-{arm.name.replace('/', '-')}.log", timeout=120, cpus=arm.server_cpus,
+                frontend=arm.frontend))
         for repeat in range(args.repeats):
-            for variant in variants:
-                client, server = cpus[variant]
+            limits: dict[tuple[str, int], float] = {}  # this repeat's ceilings, by (CPU variant, batch)
+            for arm in arms:
                 for rows in sizes:
                     [level] = perf_analyzer.run_levels(
-                        MODEL, urls[variant], concurrency=f"{args.concurrency}:{args.concurrency}", batch=rows,
-                        measurement_ms=args.measurement_ms, stability=30 if not args.quick else 999, cpus=client,
+                        MODEL, urls[arm.name], concurrency=f"{args.concurrency}:{args.concurrency}", batch=rows,
+                        measurement_ms=args.measurement_ms, stability=30 if not args.quick else 999,
+                        cpus=arm.client_cpus, protocol=arm.frontend.protocol,
                     )
                     batch = max(1, round(level.batch_size))
-                    with servers.pinned(server):
-                        limit = ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
-                    runs.append({"variant": variant, "repeat": repeat, "rows": rows, "level": level.as_dict(),
-                                 "batch": level.batch_size, "ceiling": limit, "ratio": level.throughput / limit})
-                    print(f"repeat {repeat}, {variant}, {rows} row(s)/request: serve {level.throughput:.0f} infer/s "
+                    if (arm.variant, batch) not in limits:  # the same CPUs and batch: the same ceiling
+                        with servers.pinned(arm.server_cpus):
+                            limits[arm.variant, batch] = ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
+                    limit = limits[arm.variant, batch]
+                    runs.append({"variant": arm.variant, "frontend": arm.frontend.name, "repeat": repeat, "rows": rows,
+                                 "level": level.as_dict(), "batch": level.batch_size, "ceiling": limit,
+                                 "ratio": level.throughput / limit, "load": os.getloadavg()[0]})
+                    print(f"repeat {repeat}, {arm.name}, {rows} row(s)/request: serve {level.throughput:.0f} infer/s "
                           f"(p95 {level.p95_us / 1000:.2f} ms, batches of {level.batch_size:.1f} rows), ceiling at "
-                          f"{batch} rows: {limit:.0f} infer/s, {100 * level.throughput / limit:.1f} %", flush=True)
+                          f"{batch} rows: {limit:.0f} infer/s, {100 * level.throughput / limit:.1f} %, "
+                          f"load {os.getloadavg()[0]:.2f}", flush=True)
 
     summary = []
-    for variant in variants:
+    for arm in arms:
+        variant = arm.variant
         for rows in sizes:
-            mine = [r for r in runs if r["rows"] == rows and r["variant"] == variant]
+            mine = [r for r in runs if r["rows"] == rows and r["variant"] == variant and r["frontend"] == arm.frontend.name]
             serve_median = statistics.median(r["level"]["throughput"] for r in mine)
             ceiling_median = statistics.median(r["ceiling"] for r in mine)
-            summary.append({"variant": variant, "cpus": cpus[variant], "rows": rows, "serve_median": serve_median,
+            summary.append({"variant": variant, "frontend": arm.frontend.as_dict(),
+                            "cpus": (arm.client_cpus, arm.server_cpus), "rows": rows, "serve_median": serve_median,
                             "ceiling_median": ceiling_median, "ratio": serve_median / ceiling_median,
                             "p95_ms": statistics.median(r["level"]["p95_us"] for r in mine) / 1000,
                             "batch": statistics.median(r["batch"] for r in mine),
                             "target": 0.9 if rows > 1 else None})
     result = {
         "date": dt.date.today().isoformat(), "host": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)),
-        "machine": platform.processor() or platform.machine(), "load_at_start": os.getloadavg()[0],
+        "machine": platform.processor() or platform.machine(), "load_at_start": load_at_start,
+        "load_at_end": os.getloadavg()[0],
         "framework": args.framework, "trees": args.trees, "features": args.features, "instances": args.instances,
         "cpu_nthread": args.cpu_nthread,
         "concurrency": args.concurrency, "runs": runs, "summary": summary,
     }
     print(f"\n{args.framework}, {args.trees} trees, {args.features} features, {args.instances} instance(s), "
-          f"concurrency {args.concurrency}, medians of {args.repeats}:\n"
-          "| variant (client / server CPUs) | rows/request | toolkit serve infer/s | p95 ms | executed batch (rows) | "
-          "ceiling infer/s | % of ceiling | target |\n|---|---|---|---|---|---|---|---|")
+          f"concurrency {args.concurrency}, medians of {args.repeats}, load {load_at_start:.2f} at start, "
+          f"{os.getloadavg()[0]:.2f} at end:\n"
+          "| variant (client / server CPUs) | front end | rows/request | toolkit serve infer/s | p95 ms | executed batch (rows) | "
+          "ceiling infer/s | % of ceiling | target |\n|---|---|---|---|---|---|---|---|---|")
     for s in summary:
         target = "-" if s["target"] is None else (">= 90 %: " + ("met" if s["ratio"] >= s["target"] else "NOT met"))
         where = "all / all" if s["cpus"][0] is None else f"{s['cpus'][0]} / {s['cpus'][1]}"
-        print(f"| {s['variant']} ({where}) | {s['rows']} | {s['serve_median']:.0f} | {s['p95_ms']:.2f} | {s['batch']:.1f} | "
+        print(f"| {s['variant']} ({where}) | {s['frontend']['name']} | {s['rows']} | {s['serve_median']:.0f} | {s['p95_ms']:.2f} | {s['batch']:.1f} | "
               f"{s['ceiling_median']:.0f} | {100 * s['ratio']:.1f} % | {target} |")
     if not args.quick:
         args.output.mkdir(parents=True, exist_ok=True)

@@ -23,20 +23,26 @@ shared machine its ratio tells how much of a low ratio is the machine.
 Ceiling: the same compiled model (handlers.backends.openvino.compile_model, so the same
 parameters), `instances` threads each with its own infer request running batches back to back,
 at batch sizes 1, 2, 4 and 8; the ceiling at the served run's average batch size is interpolated
-(bench/ort_ceiling.at_batch). Repeats alternate which of the two runs first; ratios are of medians.
+(bench/ort_ceiling.at_batch). Each repeat measures the ceilings, then every server; ratios are of
+medians. Front ends (--frontends: uvicorn HTTP, the native HTTP front end, the native gRPC front
+end with perf_analyzer -i grpc; servers.FRONTENDS) times two CPU variants (--variants: `shared`,
+all on all CPUs; `pinned`, perf_analyzer on the first CPU, server and ceiling on the others), each
+pair with its own server, all started first and interleaved. Results go to
+bench/results/openvino-<date>-<host>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime as dt
+import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -87,7 +93,7 @@ def ort_ceiling_at(repo: Path, batch: int, instances: int, seconds: float) -> fl
     from toolkit.repository.compile import compile_repository
 
     config = compile_repository(repo).models[ORT_MODEL].config
-    x = np.random.default_rng(0).standard_normal((batch, *SHAPE)).astype(np.float32)
+    x = perf_analyzer.random_input(SHAPE, batch)  # the data perf_analyzer sends (random bytes, one row repeated)
     return ort_ceiling.throughput(repo / ORT_MODEL / "1" / "model.onnx", config, {"input.1": x}, instances, seconds)
 
 
@@ -116,7 +122,7 @@ def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     spec = Manifest.from_dict(compiled.manifest(), repo).models[MODEL]
     model = backend.compile_model(spec, 1)
     requests = [model.compiled.create_infer_request() for _ in range(instances)]
-    x = np.random.default_rng(0).standard_normal((batch, *SHAPE)).astype(np.float32)
+    x = perf_analyzer.random_input(SHAPE, batch)  # the data perf_analyzer sends (random bytes, one row repeated)
     for request in requests:
         request.infer({"input.1": x}, share_inputs=True)  # warm-up
     calls = [lambda request=request: request.infer({"input.1": x}, share_inputs=True) for request in requests]
@@ -124,15 +130,6 @@ def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
 
 
 toolkit_serve = servers.toolkit_serve  # bench/openvino_vs_ort.py imports it from here
-
-
-def served(repo: Path, logs: Path, measurement_ms: int, concurrency: int, model: str = MODEL) -> perf_analyzer.Level:
-    with toolkit_serve(repo, logs / f"serve-{time.monotonic_ns()}.log") as url:
-        levels = perf_analyzer.run_levels(
-            model, url, batch=2, shape="input.1:" + ",".join(map(str, SHAPE)),
-            concurrency=str(concurrency), measurement_ms=measurement_ms, max_trials=10,
-        )
-    return levels[-1]
 
 
 def main() -> int:
@@ -145,6 +142,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1 repeat, short windows")
     parser.add_argument("--write-repo", type=Path, help="only write the repository to this folder")
     parser.add_argument("--no-control", dest="control", action="store_false", help="skip the onnxruntime control")
+    parser.add_argument("--variants", default="shared,pinned",
+                        help="shared: perf_analyzer, server and ceiling on all CPUs; pinned: perf_analyzer on the "
+                             "first CPU, server and ceiling on the others (servers.split_cpus)")
+    servers.add_frontend_argument(parser)
+    parser.add_argument("--output", type=Path, default=None, help="results JSON (default bench/results/openvino-DATE-HOST.json)")
     args = parser.parse_args()
     if args.quick:
         args.repeats, args.seconds, args.measurement_ms = 1, 1.0, 1000
@@ -152,49 +154,83 @@ def main() -> int:
         print(write_repository(args.write_repo, args.instances))
         return 0
 
-    arms = {"openvino": (MODEL, ceiling)}
+    load_at_start = os.getloadavg()[0]
+    models = {"openvino": (MODEL, ceiling)}
     if args.control:
-        arms["onnxruntime (control)"] = (ORT_MODEL, ort_ceiling_at)
-    ceilings: dict[str, dict[int, list[float]]] = {arm: {b: [] for b in BATCH_SIZES} for arm in arms}
-    runs: dict[str, list[perf_analyzer.Level]] = {arm: [] for arm in arms}
-    with tempfile.TemporaryDirectory(prefix="openvino-bench-") as scratch:
+        models["onnxruntime (control)"] = (ORT_MODEL, ort_ceiling_at)
+    arms = servers.arms(args.variants, args.frontends)
+    variants = list(dict.fromkeys(arm.variant for arm in arms))
+    server_cpus = {arm.variant: arm.server_cpus for arm in arms}
+    ceilings = {(v, m): {b: [] for b in BATCH_SIZES} for v in variants for m in models}
+    runs: dict[tuple[str, str], list[perf_analyzer.Level]] = {(arm.name, m): [] for arm in arms for m in models}
+    shape = "input.1:" + ",".join(map(str, SHAPE))
+    with tempfile.TemporaryDirectory(prefix="openvino-bench-") as scratch, contextlib.ExitStack() as stack:
         repo = write_repository(Path(scratch) / "models", args.instances)
         if args.control:
             write_control(repo, args.instances)
-        logs = Path(scratch) / "logs"
+        urls = {}
+        for arm in arms:  # one server per arm (serving both models), all started first: the repeats interleave them
+            urls[arm.name] = stack.enter_context(servers.toolkit_serve(
+                repo, Path(scratch) / f"serve-{arm.name.replace('/', '-')}.log", cpus=arm.server_cpus,
+                frontend=arm.frontend))
+            for name, _ in models.values():  # warm-up
+                perf_analyzer.run(name, urls[arm.name], shape=shape, concurrency=str(args.concurrency), measurement_ms=1000,
+                                  stability=perf_analyzer.LOOSE_STABILITY, max_trials=3, cpus=arm.client_cpus,
+                                  protocol=arm.frontend.protocol)
         for repeat in range(args.repeats):
-            order = ("ceiling", "served") if repeat % 2 == 0 else ("served", "ceiling")
-            for arm, (model, measure_ceiling) in arms.items():
-                for what in order:
-                    if what == "ceiling":
+            for variant in variants:  # the ceiling depends on the CPUs only, not on the front end
+                with servers.pinned(server_cpus[variant]):
+                    for label, (_, measure_ceiling) in models.items():
                         for batch in BATCH_SIZES:
-                            ceilings[arm][batch].append(measure_ceiling(repo, batch, args.instances, args.seconds))
-                    else:
-                        runs[arm].append(served(repo, logs, args.measurement_ms, args.concurrency, model))
-                last = runs[arm][-1]
-                print(f"repeat {repeat + 1} {arm}: served {last.throughput:.1f} infer/s at batch {last.batch_size:.2f}; "
-                      "ceiling " + ", ".join(f"b{b} {ceilings[arm][b][-1]:.1f}" for b in BATCH_SIZES), flush=True)
+                            ceilings[variant, label][batch].append(measure_ceiling(repo, batch, args.instances, args.seconds))
+                for arm in (arm for arm in arms if arm.variant == variant):
+                    for label, (name, _) in models.items():
+                        [level] = perf_analyzer.run_levels(
+                            name, urls[arm.name], batch=2, shape=shape, concurrency=f"{args.concurrency}:{args.concurrency}",
+                            measurement_ms=args.measurement_ms, max_trials=10, cpus=arm.client_cpus,
+                            protocol=arm.frontend.protocol)
+                        runs[arm.name, label].append(level)
+                        print(f"repeat {repeat + 1} {arm.name} {label}: served {level.throughput:.1f} infer/s at batch "
+                              f"{level.batch_size:.2f}; ceiling " + ", ".join(
+                                  f"b{b} {ceilings[variant, label][b][-1]:.1f}" for b in BATCH_SIZES)
+                              + f"; load {os.getloadavg()[0]:.2f}", flush=True)
 
     print()
-    print("| backend | instances | concurrency | served (infer/s) | p95 (ms) | avg batch | in-process ceiling at that batch "
+    print(f"medians of {args.repeats}, c{args.concurrency}, load {load_at_start:.2f} at start, "
+          f"{os.getloadavg()[0]:.2f} at end:")
+    print("| backend | variant | front end | served (infer/s) | p95 (ms) | avg batch | in-process ceiling at that batch "
           "| % of ceiling |")
     print("|---|---|---|---|---|---|---|---|")
-    ratios = {}
+    results = []
     for arm in arms:
-        medians = {(args.instances, b): statistics.median(v) for b, v in ceilings[arm].items()}
-        throughput = statistics.median(r.throughput for r in runs[arm])
-        batch = statistics.median(r.batch_size for r in runs[arm])
-        p95 = statistics.median(r.p95_us for r in runs[arm]) / 1000
-        top = ort_ceiling.at_batch(medians, args.instances, batch)
-        ratios[arm] = throughput / top if top else float("nan")
-        print(f"| {arm} | {args.instances} | {args.concurrency} | {throughput:.1f} | {p95:.1f} | {batch:.2f} | {top:.1f} "
-              f"| **{ratios[arm]:.0%}** |")
+        for label in models:
+            medians = {(args.instances, b): statistics.median(v) for b, v in ceilings[arm.variant, label].items()}
+            mine = runs[arm.name, label]
+            throughput = statistics.median(r.throughput for r in mine)
+            batch = statistics.median(r.batch_size for r in mine)
+            p95 = statistics.median(r.p95_us for r in mine) / 1000
+            top = ort_ceiling.at_batch(medians, args.instances, batch)
+            ratio = throughput / top if top else float("nan")
+            results.append({"backend": label, "variant": arm.variant, "cpus": arm.where, "frontend": arm.frontend.as_dict(),
+                            "served": [r.as_dict() for r in mine], "served_median": throughput, "average_batch": batch,
+                            "p95_ms": p95, "ceiling": {str(b): v for (_, b), v in medians.items()},
+                            "ceiling_at_batch": top, "ratio": ratio})
+            print(f"| {label} | {arm.variant} | {arm.frontend.name} | {throughput:.1f} | {p95:.1f} | {batch:.2f} | "
+                  f"{top:.1f} | **{ratio:.0%}** |")
     print()
-    for arm in arms:
-        print(f"ceiling, {arm} (infer/s): " + ", ".join(
-            f"batch {b}: {statistics.median(ceilings[arm][b]):.1f}" for b in BATCH_SIZES))
-    print(f"target >= 90 % (openvino): {'met' if ratios['openvino'] >= 0.9 else 'NOT met'} ({args.repeats} repeat(s), "
-          f"medians; load average at the end {os.getloadavg()[0]:.1f})")
+    for (variant, label), values in ceilings.items():
+        print(f"ceiling, {label}, {variant} (infer/s): " + ", ".join(
+            f"batch {b}: {statistics.median(values[b]):.1f}" for b in BATCH_SIZES))
+    best = max(r["ratio"] for r in results if r["backend"] == "openvino")
+    print(f"target >= 90 % (openvino): best arm {best:.0%} ({args.repeats} repeat(s), medians)")
+    if not args.quick:
+        result = {"date": dt.datetime.now().isoformat(timespec="seconds"), "host": socket.gethostname(),
+                  "cpus": os.cpu_count(), "load_at_start": load_at_start, "load_at_end": os.getloadavg()[0],
+                  "model": f"{MODEL}: text_recognition IR, max_batch_size 8, {args.instances} instances",
+                  "concurrency": args.concurrency, "repeats": args.repeats, "target": 0.9, "results": results}
+        output = args.output or BENCH / "results" / f"openvino-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
+        output.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"results: {output}")
     return 0
 
 

@@ -18,8 +18,10 @@ bytes, one row repeated: perf_analyzer.random_input; all-zero input ran ~35 % fa
 the ceiling unfairly high); measured at batch sizes 2, 4, 6 and 8,
 and read at the average batch size the server executed (ort_ceiling.at_batch interpolates the
 time per inference). Load: perf_analyzer 2.51 `-b 2 --shape INPUT__0:1,32,100
---concurrency-range 16:16`. Repeats interleave the ceiling and the server; the ratio is of the
-medians. Two variants, interleaved, each with its own server: `shared` (perf_analyzer, server and
+--concurrency-range 16:16`. Repeats interleave the ceiling and the servers; the ratio is of the
+medians. Front ends (--frontends, interleaved, each with its own server: servers.FRONTENDS):
+uvicorn HTTP, the native HTTP front end, the native gRPC front end (perf_analyzer -i grpc).
+Two CPU variants, interleaved, each with its own servers: `shared` (perf_analyzer, server and
 ceiling on all CPUs, as before) and `pinned` (perf_analyzer on the first CPU, the server and the
 ceiling on the others: the ratio then compares the server with torch on the same CPUs, and the
 client's CPU counts for neither). Results go to bench/results/pytorch-<date>-<host>.json and a
@@ -115,6 +117,7 @@ def main() -> None:
     parser.add_argument("--variants", default="shared,pinned",
                         help="shared: perf_analyzer, server and ceiling on all CPUs; pinned: perf_analyzer on the "
                              "first CPU, server and ceiling on the others (servers.split_cpus)")
+    servers.add_frontend_argument(parser)
     args = parser.parse_args()
     args.load_at_start = os.getloadavg()[0]
     if args.quick:
@@ -129,70 +132,72 @@ def _run(args: argparse.Namespace, work: Path) -> None:
     model = build_model(repo / MODEL / "1" / "model.pt")
     (repo / MODEL / "config.pbtxt").write_text(CONFIG)
     sizes = [2, 4, 6, 8]
-    variants = args.variants.split(",")
-    split = servers.split_cpus()
-    if "pinned" in variants and split is None:
-        print("one CPU: no pinned variant")
-        variants = [v for v in variants if v != "pinned"]
-    cpus = {v: (split if v == "pinned" else (None, None)) for v in variants}
+    arms = servers.arms(args.variants, args.frontends)
+    variants = list(dict.fromkeys(arm.variant for arm in arms))
+    server_cpus = {arm.variant: arm.server_cpus for arm in arms}
     ceilings: dict[str, dict[int, list[float]]] = {v: {b: [] for b in sizes} for v in variants}
-    runs: dict[str, list[perf_analyzer.Level]] = {v: [] for v in variants}
+    runs: dict[str, list[perf_analyzer.Level]] = {arm.name: [] for arm in arms}
     with contextlib.ExitStack() as stack:
         urls = {}
-        for variant in variants:  # one server per variant, all started first: the repeats interleave them
-            client, server = cpus[variant]
-            urls[variant] = stack.enter_context(servers.toolkit_serve(repo, work / f"serve-{variant}.log", cpus=server))
-            perf_analyzer.run(MODEL, urls[variant], shape="INPUT__0:1,32,100", concurrency="16:16", measurement_ms=1000,
-                              stability=perf_analyzer.LOOSE_STABILITY, max_trials=3, cpus=client)  # warm-up
+        for arm in arms:  # one server per arm, all started first: the repeats interleave them
+            urls[arm.name] = stack.enter_context(servers.toolkit_serve(
+                repo, work / f"serve-{arm.name.replace('/', '-')}.log", cpus=arm.server_cpus, frontend=arm.frontend))
+            perf_analyzer.run(MODEL, urls[arm.name], shape="INPUT__0:1,32,100", concurrency="16:16", measurement_ms=1000,
+                              stability=perf_analyzer.LOOSE_STABILITY, max_trials=3, cpus=arm.client_cpus,
+                              protocol=arm.frontend.protocol)  # warm-up
         for repeat in range(args.repeats):
-            for variant in variants:
-                client, server = cpus[variant]
-                with servers.pinned(server):
+            for variant in variants:  # the ceiling depends on the CPUs only, not on the front end
+                with servers.pinned(server_cpus[variant]):
                     for batch in sizes:
                         ceilings[variant][batch].append(ceiling(model, batch, INSTANCES, args.ceiling_seconds))
-                (level,) = perf_analyzer.run_levels(MODEL, urls[variant], concurrency="16:16", shape="INPUT__0:1,32,100",
-                                                    measurement_ms=args.measurement_ms, max_trials=5, cpus=client)
-                runs[variant].append(level)
-                print(f"repeat {repeat + 1}, {variant}: toolkit serve {level.throughput:.1f} infer/s at batch "
-                      f"{level.batch_size:.2f}, ceiling at batch 8 {ceilings[variant][8][-1]:.1f} infer/s", flush=True)
+                for arm in (arm for arm in arms if arm.variant == variant):
+                    (level,) = perf_analyzer.run_levels(
+                        MODEL, urls[arm.name], concurrency="16:16", shape="INPUT__0:1,32,100",
+                        measurement_ms=args.measurement_ms, max_trials=5, cpus=arm.client_cpus,
+                        protocol=arm.frontend.protocol)
+                    runs[arm.name].append(level)
+                    print(f"repeat {repeat + 1}, {arm.name}: toolkit serve {level.throughput:.1f} infer/s at batch "
+                          f"{level.batch_size:.2f}, ceiling at batch 8 {ceilings[variant][8][-1]:.1f} infer/s, "
+                          f"load {os.getloadavg()[0]:.2f}", flush=True)
 
     result = {
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "cpus": os.cpu_count(),
         "load_at_start": args.load_at_start,
+        "load_at_end": os.getloadavg()[0],
         "model": f"{MODEL}: TorchScript CNN, FP32 [1,32,100] -> [26,37], max_batch_size 8, {INSTANCES} instances",
         "target": TARGET,
         "repeats": args.repeats,
         "variants": {},
     }
-    for variant in variants:
-        medians = {(INSTANCES, b): statistics.median(v) for b, v in ceilings[variant].items()}
-        served = statistics.median(level.throughput for level in runs[variant])
-        batch = statistics.median(level.batch_size for level in runs[variant])
+    for arm in arms:
+        medians = {(INSTANCES, b): statistics.median(v) for b, v in ceilings[arm.variant].items()}
+        served = statistics.median(level.throughput for level in runs[arm.name])
+        batch = statistics.median(level.batch_size for level in runs[arm.name])
         ceiling_at = ort_ceiling.at_batch(medians, INSTANCES, batch)
         ratio = served / ceiling_at if ceiling_at else 0.0
-        client, server = cpus[variant]
-        where = "perf_analyzer, server and ceiling on all CPUs" if client is None else \
-            f"perf_analyzer on CPU {client}, server and ceiling on CPU {server}"
-        result["variants"][variant] = {
-            "cpus": where,
+        result["variants"][arm.name] = {
+            "variant": arm.variant,
+            "frontend": arm.frontend.as_dict(),
+            "cpus": arm.where,
             "ceiling": {str(b): v for (_, b), v in medians.items()},
-            "served": [level.as_dict() for level in runs[variant]],
+            "served": [level.as_dict() for level in runs[arm.name]],
             "served_median": served,
             "average_batch": batch,
             "ceiling_at_batch": ceiling_at,
             "ratio": ratio,
         }
-        print()
-        print(f"{variant} ({where}):")
-        print("| batch | ceiling (infer/s) |")
-        print("|---|---|")
-        for (_, b), value in sorted(medians.items()):
-            print(f"| {b} | {value:.1f} |")
-        print(f"toolkit serve at c16: {served:.1f} infer/s (median of {args.repeats}), average batch {batch:.2f}; "
-              f"ceiling there {ceiling_at:.1f} infer/s; ratio {ratio:.1%} (target >= {TARGET:.0%}: "
-              f"{'met' if ratio >= TARGET else 'NOT met'})")
+    print(f"\nmedians of {args.repeats}, c16, load {args.load_at_start:.2f} at start, {os.getloadavg()[0]:.2f} at end:")
+    print("| variant | front end | toolkit serve (infer/s) | avg batch | ceiling there (infer/s) | % of ceiling | >= 90 % |")
+    print("|---|---|---|---|---|---|---|")
+    for name, entry in result["variants"].items():
+        print(f"| {entry['variant']} | {entry['frontend']['name']} | {entry['served_median']:.1f} | "
+              f"{entry['average_batch']:.2f} | {entry['ceiling_at_batch']:.1f} | {entry['ratio']:.1%} | "
+              f"{'met' if entry['ratio'] >= TARGET else 'NOT met'} |")
+    for variant in variants:
+        print(f"ceiling, {variant}: " + ", ".join(f"batch {b}: {statistics.median(v):.1f}"
+                                                  for b, v in ceilings[variant].items()))
     if not args.quick:
         output = args.output or BENCH / "results" / f"pytorch-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
         output.write_text(json.dumps(result, indent=2) + "\n")

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from perf_analyzer import ROOT
 
@@ -130,21 +131,120 @@ def running(kinds: list[str], repo: Path, **options) -> Iterator[dict[str, Serve
             server.stop()
 
 
+@dataclass(frozen=True)
+class Frontend:
+    """How a per-backend bench reaches `toolkit serve`: the protocol perf_analyzer speaks (its -i)
+    and the front end that serves it (TOOLKIT_HTTP_FRONTEND / TOOLKIT_GRPC_FRONTEND)."""
+
+    name: str  # what --frontends and the results call it
+    protocol: str  # perf_analyzer -i: http or grpc
+    http: str = "uvicorn"  # TOOLKIT_HTTP_FRONTEND (for grpc: the HTTP port only answers readiness)
+    grpc: str | None = None  # TOOLKIT_GRPC_FRONTEND; None: the gRPC port is off
+
+    def env(self) -> dict[str, str]:
+        env = {"TOOLKIT_HTTP_FRONTEND": self.http}
+        if self.grpc is not None:
+            env["TOOLKIT_GRPC_FRONTEND"] = self.grpc
+        return env
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "protocol": self.protocol, "env": self.env()}
+
+
+FRONTENDS = {
+    "http-uvicorn": Frontend("http-uvicorn", "http", "uvicorn"),
+    "http-native": Frontend("http-native", "http", "native"),  # handlers/protocol/httpnative (evhttp)
+    "grpc-native": Frontend("grpc-native", "grpc", grpc="native"),  # handlers/protocol/grpc/native (grpc++)
+    "grpc-grpcio": Frontend("grpc-grpcio", "grpc", grpc="grpcio"),  # grpcio's asyncio server
+}
+DEFAULT_FRONTENDS = "http-uvicorn,http-native,grpc-native"
+
+
+def add_frontend_argument(parser: Any) -> None:
+    """The per-backend benches' --frontends option (parsed by `frontends`)."""
+    parser.add_argument(
+        "--frontends", default=DEFAULT_FRONTENDS,
+        help=f"comma-separated, interleaved in each repeat, one server each: {', '.join(FRONTENDS)} "
+             f"(default {DEFAULT_FRONTENDS}; the native ones need scripts/http-native.sh / grpc-native.sh)")
+
+
+def frontends(spec: str) -> list[Frontend]:
+    """The front ends of a --frontends value; SystemExit naming an unknown or unbuilt one."""
+    chosen = []
+    for name in (n.strip() for n in spec.split(",") if n.strip()):
+        if name not in FRONTENDS:
+            raise SystemExit(f"--frontends: unknown {name!r} (choose from {', '.join(FRONTENDS)})")
+        frontend = FRONTENDS[name]
+        module = None
+        if frontend.protocol == "http" and frontend.http == "native":
+            module = "handlers.protocol.httpnative.server"
+        elif frontend.grpc == "native":
+            module = "handlers.protocol.grpc.nativeserver"
+        if module is not None:
+            try:
+                __import__(module)
+            except ImportError as exc:
+                raise SystemExit(f"--frontends {name}: not built here ({exc})") from None
+        chosen.append(frontend)
+    return chosen
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One server of a per-backend bench: a CPU variant (shared or pinned) and a front end."""
+
+    variant: str  # shared or pinned
+    client_cpus: str | None  # taskset list for perf_analyzer (None: all)
+    server_cpus: str | None  # taskset list for the server and the in-process ceiling (None: all)
+    frontend: Frontend
+
+    @property
+    def name(self) -> str:
+        return f"{self.variant}/{self.frontend.name}"
+
+    @property
+    def where(self) -> str:
+        if self.client_cpus is None:
+            return "perf_analyzer, server and ceiling on all CPUs"
+        return f"perf_analyzer on CPU {self.client_cpus}, server and ceiling on CPU {self.server_cpus}"
+
+
+def arms(variants: str, frontend_spec: str) -> list[Arm]:
+    """Every (CPU variant, front end) pair of --variants and --frontends, variant-major: the
+    ceiling depends on the variant only, so a bench measures it once per variant and repeat."""
+    wanted = [v.strip() for v in variants.split(",") if v.strip()]
+    unknown = set(wanted) - {"shared", "pinned"}
+    if unknown:
+        raise SystemExit(f"--variants: unknown {', '.join(sorted(unknown))} (choose shared, pinned)")
+    split = split_cpus()
+    if "pinned" in wanted and split is None:
+        print("one CPU: no pinned variant")
+        wanted = [v for v in wanted if v != "pinned"]
+    chosen = frontends(frontend_spec)
+    return [Arm(v, *(split if v == "pinned" else (None, None)), frontend) for v in wanted for frontend in chosen]
+
+
 @contextlib.contextmanager
 def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable,
-                  cpus: str | None = None) -> Iterator[str]:
-    """`toolkit serve REPO --device cpu` on a free HTTP port (gRPC and metrics ports off, so that
-    nothing else on the machine collides with them) until ready; yields its host:port, stops its
+                  cpus: str | None = None, frontend: Frontend = FRONTENDS["http-uvicorn"],
+                  source: Path = ROOT) -> Iterator[str]:
+    """`toolkit serve REPO --device cpu` on a free HTTP port (and, for a gRPC `frontend`, a free
+    gRPC port; the metrics port off, so that nothing else on the machine collides with them) until
+    ready; yields the host:port perf_analyzer reaches it at for `frontend.protocol`, stops its
     process group on exit. For the per-backend benches (bench/*_ceiling.py, openvino_bench.py).
-    `cpus` (a taskset list) pins the server to those CPUs (its CPU budget then sees only them)."""
+    `cpus` (a taskset list) pins the server to those CPUs (its CPU budget then sees only them).
+    `source`: the tree whose toolkit/ and handlers/ run (python -m puts it first on the path; a
+    before/after comparison serves from an exported older commit)."""
     port = free_port()
+    grpc_port = free_port() if frontend.grpc is not None else 0
     log.parent.mkdir(parents=True, exist_ok=True)
     pin = ["taskset", "-c", cpus] if cpus is not None else []
     with open(log, "w") as handle:
         process = subprocess.Popen(
             [*pin, python, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-             "--grpc-port", "0", "--metrics-port", "0", "--log-level", "warning"],
-            cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--log-level", "warning"],
+            cwd=source, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **frontend.env()},
         )
     try:
         deadline = time.monotonic() + timeout
@@ -152,7 +252,7 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"toolkit serve did not become ready:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)  # polling an HTTP endpoint: there is no event to wait on
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{grpc_port if frontend.protocol == 'grpc' else port}"
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)

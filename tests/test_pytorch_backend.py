@@ -11,6 +11,7 @@ import logging
 import queue
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -511,6 +512,55 @@ def test_weight_sharing_shares_one_module_among_a_versions_instances(repo):
     assert a.module is b.module
     c, d = instance(repo, "own", InstanceSlot("own_0", "KIND_CPU", 0)), instance(repo, "own", InstanceSlot("own_1", "KIND_CPU", 0))
     assert c.module is not d.module
+
+
+class _Flagged(torch.nn.Module):
+    """Sets flags[0] when forward starts, computes on x for a while, uses x for the last time,
+    then sets flags[1]."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("flags", torch.zeros(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.flags[0] = 1.0
+        y = torch.ones(128, 128)
+        for _ in range(400):
+            y = torch.tanh(y @ y) + x.sum()
+        z = y.sum() + x  # x's last use: the interpreter drops its reference to it here
+        self.flags[1] = 1.0
+        return z
+
+
+def test_forward_does_not_wait_for_the_gil_when_it_drops_its_input(repo):
+    """The interpreter drops its reference to an input at the input's last use, mid-forward. For a
+    tensor Python made (torch.from_numpy) that would be the last C++ reference but the PyObject's,
+    and c10 would take the GIL there to decref the PyObject (TensorImpl::decref_pyobject): forward
+    would stall whenever Python code (the event loop, another instance) holds the GIL. The instance
+    holds a C++ reference to its inputs until forward returns, so forward runs to its end while
+    this thread holds the GIL: flags[1] turns 1 while it spins without letting the GIL go."""
+    tm.write_model(repo, "flagged", tm.config("flagged", [tm.tensor("INPUT__0", F32, [4])], [tm.tensor("OUTPUT__0", F32, [4])]),
+                   lambda p: tm.save_script(_Flagged(), p))
+    model = instance(repo, "flagged")
+    flags = model.module.flags.numpy()  # the buffer's memory, read without the GIL ever being released
+    x = np.zeros(4, np.float32)
+    outcomes: list = []
+    worker = threading.Thread(target=lambda: outcomes.extend(model.execute([request("flagged", {"INPUT__0": x})])))
+    switch = sys.getswitchinterval()
+    done = False
+    worker.start()
+    try:
+        while flags[0] == 0:  # forward has not started: let the worker have the GIL
+            threading.Event().wait(0.001)
+        sys.setswitchinterval(60.0)  # this thread keeps the GIL while it spins, for up to 20 s
+        deadline = time.perf_counter() + 20.0
+        while not done and time.perf_counter() < deadline:
+            done = flags[1] == 1.0
+    finally:
+        sys.setswitchinterval(switch)
+        worker.join(WAIT)
+    assert done, "forward stopped for the GIL after its input's last use"
+    assert ok(outcomes[0])["OUTPUT__0"].shape == (4,)
 
 
 # -- batching: the real DynamicBatcher with real instances, gated ---------------------------------

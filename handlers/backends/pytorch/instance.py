@@ -272,8 +272,10 @@ class PyTorchInstance:
                 settings.apply_jit_flags(
                     torch, profiling=p.jit_profiling, executor=p.jit_executor, fuser=p.tensor_fuser, cudnn=p.cudnn
                 )
+            held = self._hold(arguments)
             with torch.no_grad(), torch.inference_mode(p.inference_mode):
                 result = self.module(*arguments)
+            del held  # here, with the GIL held, the inputs' last C++ references go
             produced = self._outputs(result)
         except InferenceError as exc:
             return [exc] * len(requests)
@@ -287,6 +289,23 @@ class PyTorchInstance:
         outcomes: list[InferOutcome] = list(batch_responses(requests, parts))
         stamp_compute(requests, start, input_end, infer_end, time.monotonic_ns())
         return outcomes
+
+    def _hold(self, arguments: list[Any]) -> Any:
+        """A C++ reference to every input tensor for the length of `forward`, so that the
+        TorchScript interpreter never drops the last C++ reference to a tensor Python made.
+
+        A tensor made in Python (torch.from_numpy) has a PyObject; when its C++ reference count
+        falls from 2 to 1, c10 decrefs that PyObject, which takes the GIL (TensorImpl::
+        decref_pyobject, c10/util/intrusive_ptr.h). The interpreter drops its reference to an
+        input after the input's last use, in the middle of forward, where this thread has let the
+        GIL go: it then waits for the GIL (held by the event loop or another instance's Python)
+        mid-forward. A torch.ScriptList holds the tensors as C++ values (IValues), so the count
+        stays >= 2 until the list goes, after forward has returned, on this thread with the GIL."""
+        tensors = [a for a in arguments if isinstance(a, self.torch.Tensor)]
+        for argument in arguments:
+            if isinstance(argument, dict):
+                tensors.extend(v for v in argument.values() if isinstance(v, self.torch.Tensor))
+        return self.torch._C.ScriptList(tensors) if tensors else None
 
     def _outputs(self, result: Any) -> list[Any]:
         """The forward's result as the list the output indices address (ModelInstanceState::Execute)."""
