@@ -23,6 +23,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, dict[str, str], bytes]:
+    """One response (Content-Length framed) from `sock`; `buffer` keeps what follows it."""
+    while b"\r\n\r\n" not in buffer:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError(f"closed before a response: {bytes(buffer)!r}")
+        buffer += data
+    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    body = bytearray(rest)
+    while len(body) < length:
+        data = sock.recv(65536)
+        if not data:
+            raise ConnectionError("closed inside a body")
+        body += data
+    buffer[:] = body[length:]
+    return status, headers, bytes(body[:length])
+
+
 def _get(url: str, timeout: float = 2.0) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:

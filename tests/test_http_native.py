@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from serving import ROOT, TOOLKIT, free_port, serve
+from serving import ROOT, TOOLKIT, free_port, read_response, serve
 
 REPO = ROOT / "samples" / "quickstart"
 NATIVE = {"TOOLKIT_HTTP_FRONTEND": "native"}
@@ -44,28 +44,6 @@ BODY = json.dumps({"inputs": [
 def infer_request(connection: str = "keep-alive", body: bytes = BODY) -> bytes:
     return (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Connection: " + connection.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-
-
-def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, dict[str, str], bytes]:
-    """One response (Content-Length framed) from `sock`; `buffer` keeps what follows it."""
-    while b"\r\n\r\n" not in buffer:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError(f"closed before a response: {bytes(buffer)!r}")
-        buffer += data
-    head, _, rest = bytes(buffer).partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    body = bytearray(rest)
-    while len(body) < length:
-        data = sock.recv(65536)
-        if not data:
-            raise ConnectionError("closed inside a body")
-        body += data
-    buffer[:] = body[length:]
-    return status, headers, bytes(body[:length])
 
 
 def outputs(body: bytes) -> dict[str, list[float]]:
