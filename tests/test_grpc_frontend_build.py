@@ -99,6 +99,17 @@ def test_the_cache_key_covers_every_file_the_build_reads(kind):
     assert set(kind.sources) == {frontend.source, native_build.HEADER, Path(native_build.__file__).resolve()}
 
 
+@pytest.mark.parametrize("kind", [gf.GRPC, gf.HTTP], ids=["grpc", "http"])
+def test_the_fallback_warning_names_no_number_that_goes_stale(kind, tmp_path, monkeypatch):
+    """The warning points at the measurements (docs/performance.md) instead of quoting them."""
+    monkeypatch.delenv(kind.wheels_env, raising=False)
+    other = "3.%d" % (sys.version_info[1] + 1)
+    line = gf.choose_frontend(kind, "auto", _base(python=other), cache_dir=tmp_path).line()
+    cost = line.split(", not the native one (", 1)[1].split("):", 1)[0]
+    assert cost == "slower: docs/performance.md"
+    assert (Path(__file__).resolve().parent.parent / "docs" / "performance.md").is_file()
+
+
 @pytest.mark.parametrize(("filename", "glibc"), [
     ("toolkit_grpcnative-0.1.0-cp311-cp311-manylinux_2_35_x86_64.whl", (2, 35)),
     ("toolkit_grpcnative-0.1.0-cp312-cp312-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", (2, 17)),

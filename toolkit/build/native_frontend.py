@@ -58,6 +58,9 @@ from .runtime_deps import (
 
 BUILD_SCRIPT = Path(native_build.__file__).resolve()
 BUILD_TIMEOUT_S = 1800
+# Where the fallback's cost is measured. The warning names no number: measurements change, the
+# warning would not.
+PERFORMANCE_DOC = "docs/performance.md"
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,6 @@ class Kind:
     library: str  # what serves natively: grpc++, libevent
     fallback: str  # the other choice: grpcio, uvicorn
     fallback_text: str  # grpcio's server, uvicorn
-    fallback_cost: str  # what serving with it costs (one line's parenthesis)
     requirement: RuntimeRequirement  # the wheel's distribution and its import
     wheels_env: str  # the user's folder of wheels
 
@@ -109,10 +111,8 @@ class Kind:
         return f"g++, pkg-config and {self.debian} (Debian/Ubuntu: apt-get install g++ pkg-config {self.debian})"
 
 
-GRPC = Kind("grpc", "gRPC", "grpc++", "grpcio", "grpcio's server", "about half its throughput, docs/grpc.md",
-            GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV)
-HTTP = Kind("http", "HTTP", "libevent", "uvicorn", "uvicorn", "0.86x -> 0.95x Triton's throughput measured, docs/performance.md",
-            HTTP_NATIVE, HTTP_NATIVE_WHEELS_ENV)
+GRPC = Kind("grpc", "gRPC", "grpc++", "grpcio", "grpcio's server", GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV)
+HTTP = Kind("http", "HTTP", "libevent", "uvicorn", "uvicorn", HTTP_NATIVE, HTTP_NATIVE_WHEELS_ENV)
 KINDS = {kind.name: kind for kind in (GRPC, HTTP)}
 
 # Legacy manylinux aliases (PEP 600): the glibc each one means.
@@ -164,8 +164,8 @@ class NativeFrontend:
                    "cache": "reused from the wheel cache"}.get(self.source, f"from {kind.wheels_env}")
             return f"{kind.label} front end: native ({kind.library} wheel {how})"
         if self.source == "fallback":
-            return (f"{kind.label} front end: {kind.fallback_text}, not the native one ({kind.fallback_cost}): "
-                    f"{self.reason}")
+            return (f"{kind.label} front end: {kind.fallback_text}, not the native one "
+                    f"(slower: {PERFORMANCE_DOC}): {self.reason}")
         return f"{kind.label} front end: {kind.fallback_text} ({self.reason})"
 
 
