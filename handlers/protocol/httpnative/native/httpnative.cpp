@@ -612,6 +612,15 @@ class Worker {
   // the JSON error body.
   void Rewrite(Head* head) {
     evbuffer* output = bufferevent_get_output(head->bev);
+    // A socket bufferevent keeps its output's start frozen between writes once it has written
+    // (it unfreezes it only to write): copying out or draining would fail on any connection that
+    // was answered before (keep-alive, or a 100 Continue). Frozen again after, as it expects.
+    evbuffer_unfreeze(output, 1);
+    RewritePage(head, output);
+    evbuffer_freeze(output, 1);
+  }
+
+  void RewritePage(Head* head, evbuffer* output) {
     size_t length = evbuffer_get_length(output);
     if (length < 16 || length > 8192) return;
     std::string text(length, '\0');
