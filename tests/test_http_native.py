@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -113,6 +114,18 @@ def test_malformed_request_line_is_400_and_the_server_goes_on(server):
     with connect(server) as sock:
         sock.sendall(infer_request())
         assert read_response(sock, bytearray())[0] == 200
+
+
+def test_sigterm_with_a_lingering_connection_drains_and_exits_0():
+    """A connection left lingering after an error answer (the client keeps it open and sends on)
+    does not hold up the drain: the process exits 0 (the drain closing it is checked in
+    tests/test_http_native_server.py)."""
+    with serve(REPO, env=NATIVE) as running, connect(running) as sock:
+        sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+        assert read_response(sock, bytearray())[0] == 400
+        sock.sendall(b"still sending")
+        running.process.send_signal(signal.SIGTERM)
+        assert running.process.wait(timeout=60) == 0, running.output()
 
 
 def test_client_closing_mid_body_does_not_disturb_others(server):

@@ -20,7 +20,7 @@ does): a declared body over TOOLKIT_MAX_REQUEST_BYTES gets the routes' JSON 413 
 any of it is read (then the connection ends; evhttp reads and drops the body); a chunked body
 passing the limit, a malformed request (400) and a failed `Expect` (417) get evhttp's answer with
 a JSON `{"error": ...}` body instead of its HTML page, and the connection ends after the client
-stops sending. Methods evhttp 2.1 does not know (QUERY, PROPFIND, ...) reach the app by name. A
+stops sending (at most 10 s later, or at the drain). Methods evhttp 2.1 does not know (QUERY, PROPFIND, ...) reach the app by name. A
 client closing its connection while its request is in flight is seen at once (EPOLLRDHUP): the
 app's `receive` answers `http.disconnect`.
 """

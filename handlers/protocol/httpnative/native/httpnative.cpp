@@ -48,6 +48,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -545,10 +546,11 @@ class Worker {
   // close with unread input resets it, which can take the answer from the client before it reads
   // it. Reading and dropping what still comes on a copy of the socket (for up to kLingerSeconds)
   // keeps the connection open until the client closes it; evhttp's shutdown(SHUT_WR) has already
-  // told the client the answer is complete.
+  // told the client the answer is complete. The worker's end closes what still lingers.
   static constexpr int kLingerSeconds = 10;
 
   struct Lingering {
+    Worker* worker;
     int fd;
     event* ev;
   };
@@ -558,16 +560,22 @@ class Worker {
     int copy = dup(fd);
     if (copy < 0) return;
     evutil_make_socket_nonblocking(copy);
-    Lingering* lingering = new Lingering{copy, nullptr};
+    Lingering* lingering = new Lingering{this, copy, nullptr};
+    lingering_.insert(lingering);
     lingering->ev = event_new(base_, copy, EV_READ | EV_PERSIST, &Worker::OnLinger, lingering);
     struct timeval tv = {kLingerSeconds, 0};
     if (lingering->ev == nullptr || event_add(lingering->ev, &tv) != 0) EndLinger(lingering);
   }
 
   static void EndLinger(Lingering* lingering) {
+    lingering->worker->lingering_.erase(lingering);
     if (lingering->ev != nullptr) event_free(lingering->ev);
     close(lingering->fd);
     delete lingering;
+  }
+
+  void EndLingering() {
+    while (!lingering_.empty()) EndLinger(*lingering_.begin());
   }
 
   static void OnLinger(evutil_socket_t fd, short what, void* arg) {
@@ -712,6 +720,7 @@ class Worker {
       evtimer_add(stop_timer_, &tv);
       return;
     }
+    EndLingering();  // their answers were sent long ago: the clients see the connections end now
     event_base_loopbreak(base_);
   }
 
@@ -781,6 +790,7 @@ class Worker {
   bool finish_ = false;
   std::chrono::steady_clock::time_point deadline_;
   std::unordered_map<evhttp_connection*, ConnState> conns_;  // worker thread only
+  std::unordered_set<Lingering*> lingering_;  // worker thread only
 };
 
 // ---- Python objects -----------------------------------------------------------------------------
