@@ -8,7 +8,8 @@ handlers/protocol/grpc/nativeserver.py). Each request then runs:
   `routes.run_infer`, the same handler the FastAPI route and the fast path run;
 - anything else: the same FastAPI app, through a small ASGI adapter (scope / receive / send), so
   routes, statuses, headers and messages are the app's own. A response whose body comes in
-  several messages (`generate_stream`'s SSE) goes out chunk by chunk.
+  several messages (`generate_stream`'s SSE) goes out chunk by chunk; its `send` waits while the
+  client does not read (WRITE_HIGH / WRITE_LOW, as the native gRPC front end's stream does).
 
 `NativeHttpServer` has the part of `uvicorn.Server`'s interface the runner uses: `serve(sockets)`
 until `should_exit` is set, then drain: stop accepting (the listening socket is closed, so new
@@ -49,6 +50,11 @@ log = logging.getLogger("handlers.protocol.httpnative")
 BAD_REQUEST = "Invalid HTTP request received."  # uvicorn's words for a request it cannot parse
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
+# A streamed answer's flow (asyncio's transport marks, which uvicorn's writes follow): `send` of a
+# body piece waits while more than WRITE_HIGH bytes are written and not taken by the kernel, until
+# no more than WRITE_LOW are; a client that stops reading holds the app's producer back.
+WRITE_HIGH = 64 * 1024
+WRITE_LOW = 16 * 1024
 _INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")],
                    b"Internal Server Error")
 
@@ -156,6 +162,11 @@ class NativeHttpServer:
                 if exchange is not None:
                     exchange.disconnect()
                 continue
+            if type(event) is tuple:  # ("writable", id): a streamed answer may go on
+                exchange = self._exchanges.get(event[1])
+                if exchange is not None:
+                    exchange.writable()
+                continue
             task = loop.create_task(self._handle(event))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -203,7 +214,7 @@ class _Exchange:
     """One request through the ASGI app (receive / send) onto the native request."""
 
     __slots__ = ("_body", "_close", "_disconnected", "_done", "_finished", "_headers", "_request", "_status",
-                 "_streaming")
+                 "_streaming", "_writable")
 
     def __init__(self, request: Any, close: bool) -> None:
         self._request = request
@@ -215,11 +226,18 @@ class _Exchange:
         self._done = False
         self._disconnected = False
         self._finished: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
 
     def disconnect(self) -> None:
         """The client left: `receive` answers http.disconnect, what is sent goes nowhere."""
         self._disconnected = True
         self._wake()
+        self.writable()
+
+    def writable(self) -> None:
+        """A `send` waiting for the client to read may go on."""
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
 
     async def run(self, app: Any, scope: dict[str, Any]) -> None:
         try:
@@ -286,8 +304,14 @@ class _Exchange:
         if not self._streaming:
             self._streaming = True
             self._request.start(self._status, self._headers, self._close)
-        if body:
-            self._request.write(body)
+        if body and self._request.write(body) > WRITE_HIGH and self._request.wait_writable(WRITE_LOW):
+            waiter = self._writable = asyncio.get_running_loop().create_future()
+            try:
+                await waiter  # ... until the client took enough of it (or left)
+            finally:
+                self._writable = None
+            if self._disconnected:
+                return
         if not more:
             self._done = True
             self._request.end()

@@ -9,7 +9,10 @@
 //
 // Python answers through the `Request` object (`reply`, or `start` / `write` / `end` for a
 // streamed body); each answer is queued to the request's libevent thread, which is woken by an
-// event made active from Python's thread (evthread_use_pthreads), and written there.
+// event made active from Python's thread (evthread_use_pthreads), and written there. A streamed
+// body is flow-controlled: `write` says how many bytes are written and not taken by the kernel
+// yet, and `wait_writable(low)` asks for a ("writable", id) event once no more than `low` are
+// (the native gRPC front end's WRITABLE, in bytes).
 //
 // Each connection's request heads are read once more, before evhttp parses them (a callback on
 // its input buffer: `Head`), for what evhttp 2.1 cannot do itself:
@@ -78,6 +81,18 @@ struct Req {
   bool started = false;   // a streamed answer was started (Python thread)
   bool close = false;     // its answer closes the connection (a body evhttp did not read is left on it)
 
+  // A streamed answer's flow (Request.write / wait_writable): what Python wrote and the kernel has
+  // not taken yet is `queued` (in ops the worker has not applied) + `buffered` (the connection's
+  // output, chunk framing included). A writer past its high mark waits for a WRITABLE event, owed
+  // once that falls to `writable_at`; a connection that is gone owes none (its DISCONNECT wakes).
+  std::atomic<int64_t> queued{0};    // Python adds, the worker takes off
+  std::atomic<int64_t> buffered{0};  // the worker's, while the answer streams
+  std::mutex flow_mu;
+  bool want_writable = false;  // (flow_mu)
+  int64_t writable_at = 0;     // (flow_mu)
+  bool gone = false;           // (flow_mu)
+  int64_t Outstanding() const { return queued.load() + buffered.load(); }
+
   void Ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -88,7 +103,7 @@ struct Req {
   }
 };
 
-enum EventKind { REQUEST = 0, DISCONNECT = 1 };
+enum EventKind { REQUEST = 0, DISCONNECT = 1, WRITABLE = 2 };
 
 struct Event {
   int kind;
@@ -154,6 +169,7 @@ struct Head {
   uint64_t body_left = 0;    // the head's body evhttp will not read (HEAD, TRACE, unknown methods)
   bool close_next = false;   // ... when it cannot be dropped (chunked): close after the answer
   uint64_t skip = 0;         // bytes of such a body still to drop
+  Req* stream = nullptr;     // the streamed answer being written on it (holds a ref): its flow
 };
 
 constexpr size_t kMaxHead = 64 * 1024;  // evhttp_set_max_headers_size below
@@ -320,9 +336,12 @@ class Worker {
     req->evreq = nullptr;
     evhttp_connection* evcon = evhttp_request_get_connection(evreq);
     if (evcon != nullptr) {
+      Head* head = self->HeadOf(evcon);
+      if (head != nullptr && head->stream == req) self->EndStream(head, true);
       self->conns_.erase(evcon);
       evhttp_connection_free(evcon);  // frees evreq too
     }
+    self->MarkGone(req);
     self->hub_->Push(DISCONNECT, req);  // takes the worker's ref
   }
 
@@ -345,6 +364,7 @@ class Worker {
     auto found = self->heads_.find(bev);
     if (found != self->heads_.end()) {
       Head* head = found->second.get();
+      if (head->stream != nullptr) self->StreamLost(evcon, head);
       if (head->linger) self->Linger(bufferevent_getfd(bev));
       evbuffer_remove_cb_entry(bufferevent_get_input(bev), head->on_input);
       evbuffer_remove_cb_entry(bufferevent_get_output(bev), head->on_output);
@@ -595,9 +615,13 @@ class Worker {
   }
 
   // Something was written that Python did not answer: evhttp's own answer (or 100 Continue).
-  static void OnOutput(evbuffer*, const evbuffer_cb_info* info, void* arg) {
+  static void OnOutput(evbuffer* output, const evbuffer_cb_info* info, void* arg) {
     Head* head = static_cast<Head*>(arg);
     Worker* self = head->worker;
+    if (head->stream != nullptr) {  // a streamed answer's bytes came or went
+      head->stream->buffered.store(static_cast<int64_t>(evbuffer_get_length(output)));
+      self->Flow(head->stream);
+    }
     if (info->n_added == 0 || self->writing_ || head->refused || head->fixup) return;
     head->fixup = true;  // once evhttp has written all of it (the socket is written on a later turn)
     self->fixups_.push_back(head->bev);
@@ -669,6 +693,53 @@ class Worker {
     writing_ = false;
   }
 
+  // ---- a streamed answer's flow (see Req) ----
+
+  Head* HeadOf(evhttp_connection* evcon) {
+    if (evcon == nullptr) return nullptr;
+    auto found = heads_.find(evhttp_connection_get_bufferevent(evcon));
+    return found == heads_.end() ? nullptr : found->second.get();
+  }
+
+  // WRITABLE when what is outstanding fell to the mark Python waits for.
+  void Flow(Req* req) {
+    std::lock_guard<std::mutex> lock(req->flow_mu);
+    if (req->want_writable && req->Outstanding() <= req->writable_at) {
+      req->want_writable = false;
+      req->Ref();
+      hub_->Push(WRITABLE, req);
+    }
+  }
+
+  static void MarkGone(Req* req) {
+    std::lock_guard<std::mutex> lock(req->flow_mu);
+    req->gone = true;
+    req->want_writable = false;
+  }
+
+  void EndStream(Head* head, bool gone) {
+    Req* req = head->stream;
+    head->stream = nullptr;
+    if (gone) MarkGone(req);
+    req->Unref();
+  }
+
+  // evhttp closes a connection whose answer is still streaming (a failed write, a reader stalled
+  // past the timeout, the worker's end): Python hears of it as of a client that left, so the
+  // producer ends. evhttp keeps the request for the answer's end when it detached it, and frees
+  // it with the connection otherwise.
+  void StreamLost(evhttp_connection* evcon, Head* head) {
+    Req* req = head->stream;
+    head->stream = nullptr;
+    MarkGone(req);
+    if (req->watch != nullptr) {
+      event_free(req->watch);
+      req->watch = nullptr;
+    }
+    if (req->evreq != nullptr && evhttp_request_get_connection(req->evreq) == evcon) req->evreq = nullptr;
+    hub_->Push(DISCONNECT, req);  // takes the stream's ref
+  }
+
   static void OnWake(evutil_socket_t, short, void* arg) {
     Worker* self = static_cast<Worker*>(arg);
     std::vector<Op> ops;
@@ -731,8 +802,19 @@ class Worker {
 
   void Apply(Op& op) {
     evhttp_request* evreq = op.req->evreq;
-    if (evreq == nullptr) return;
+    int64_t written = op.kind == Op::WRITE ? static_cast<int64_t>(evbuffer_get_length(op.body)) : 0;
+    if (evreq == nullptr) {
+      op.req->queued -= written;
+      return;
+    }
     bool final = op.kind == Op::REPLY || op.kind == Op::END;
+    Head* head = HeadOf(evhttp_request_get_connection(evreq));
+    if (head != nullptr && head->stream == op.req && final) {
+      EndStream(head, false);  // before evhttp ends the answer (it may free the connection at once)
+    } else if (head != nullptr && head->stream == nullptr && op.kind == Op::START) {
+      head->stream = op.req;  // from here its output counts (the head included)
+      op.req->Ref();
+    }
     if (op.kind == Op::REPLY || op.kind == Op::START) {
       evkeyvalq* out = evhttp_request_get_output_headers(evreq);
       for (auto& header : op.headers) evhttp_add_header(out, header.first.c_str(), header.second.c_str());
@@ -741,7 +823,6 @@ class Worker {
         evhttp_add_header(out, "Connection", "close");
       }
     }
-    bool detached = evhttp_request_get_connection(evreq) == nullptr;
     switch (op.kind) {
       case Op::REPLY: {
         // evhttp writes whatever body it is given: none for HEAD, 204 and 304 (RFC 9110)
@@ -754,13 +835,14 @@ class Worker {
         evhttp_send_reply_start(evreq, op.status, nullptr);
         break;
       case Op::WRITE:
-        if (evbuffer_get_length(op.body) > 0) evhttp_send_reply_chunk(evreq, op.body);
+        if (written > 0) evhttp_send_reply_chunk(evreq, op.body);
+        op.req->queued -= written;
+        Flow(op.req);
         break;
       case Op::END:
         evhttp_send_reply_end(evreq);
         break;
     }
-    (void)detached;
     if (final) {
       if (op.req->watch != nullptr) {
         event_free(op.req->watch);
@@ -907,12 +989,28 @@ PyObject* PyReq_write(PyReq* self, PyObject* arg) {
     return nullptr;
   }
   Op op{self->req, Op::WRITE};
-  op.body = BufferOf(body.buf, static_cast<size_t>(body.len));
+  int64_t size = static_cast<int64_t>(body.len);
+  op.body = BufferOf(body.buf, static_cast<size_t>(size));
   PyBuffer_Release(&body);
   if (op.body == nullptr) return PyErr_NoMemory();
+  self->req->queued += size;
   self->req->Ref();
   self->req->worker->Push(std::move(op));
-  Py_RETURN_NONE;
+  return PyLong_FromLongLong(self->req->Outstanding());
+}
+
+// wait_writable(low): True when more than `low` bytes are outstanding: a WRITABLE event follows
+// once no more than that are (drain() gives ("writable", id)); False when there is no need to
+// wait (that many or fewer are, or the client is gone: its DISCONNECT came or comes).
+PyObject* PyReq_wait_writable(PyReq* self, PyObject* arg) {
+  long long low = PyLong_AsLongLong(arg);
+  if (low == -1 && PyErr_Occurred()) return nullptr;
+  Req* req = self->req;
+  std::lock_guard<std::mutex> lock(req->flow_mu);
+  if (req->gone || req->Outstanding() <= low) Py_RETURN_FALSE;
+  req->want_writable = true;
+  req->writable_at = low;
+  Py_RETURN_TRUE;
 }
 
 PyObject* PyReq_end(PyReq* self, PyObject*) {
@@ -980,7 +1078,11 @@ PyMethodDef PyReq_methods[] = {
      "reply(status, headers, body, close=False): the whole response (headers: (bytes, bytes) pairs)."},
     {"start", reinterpret_cast<PyCFunction>(PyReq_start), METH_VARARGS,
      "start(status, headers, close=False): begin a streamed response."},
-    {"write", reinterpret_cast<PyCFunction>(PyReq_write), METH_O, "write(data): one piece of a streamed response."},
+    {"write", reinterpret_cast<PyCFunction>(PyReq_write), METH_O,
+     "write(data): one piece of a streamed response; returns the bytes written and not yet taken by the kernel."},
+    {"wait_writable", reinterpret_cast<PyCFunction>(PyReq_wait_writable), METH_O,
+     "wait_writable(low): True when more than low bytes are outstanding: drain() gives ('writable', id) once "
+     "no more than low are; False when there is no need to wait."},
     {"end", reinterpret_cast<PyCFunction>(PyReq_end), METH_NOARGS, "end(): finish a streamed response."},
     {"body", reinterpret_cast<PyCFunction>(PyReq_body), METH_NOARGS, "The request body (once)."},
     {"headers", reinterpret_cast<PyCFunction>(PyReq_headers), METH_NOARGS,
@@ -1062,9 +1164,11 @@ PyObject* PyServer_drain(PyServer* self, PyObject*) {
       wrapped->req = event.req;  // takes the queue's ref
       return reinterpret_cast<PyObject*>(wrapped);
     }
-    PyObject* id = PyLong_FromUnsignedLongLong(event.req->id);  // DISCONNECT: the request's id
+    PyObject* id = PyLong_FromUnsignedLongLong(event.req->id);
     event.req->Unref();
-    return id;
+    if (id == nullptr || event.kind == DISCONNECT) return id;  // DISCONNECT: the request's id
+    PyObject* writable = Py_BuildValue("(sN)", "writable", id);  // WRITABLE: ("writable", id)
+    return writable;
   };
   return frontend::DrainList(self->hub->queue, wrap, [](Event& event) { event.req->Unref(); });
 }
@@ -1107,8 +1211,9 @@ void PyServer_dealloc(PyServer* self) {
 }
 
 PyMethodDef PyServer_methods[] = {
-    {"drain", reinterpret_cast<PyCFunction>(PyServer_drain), METH_NOARGS, "Take every pending event: a list of Request (a new request) and int (the id of a request "
-     "whose client closed the connection before its answer ended)."},
+    {"drain", reinterpret_cast<PyCFunction>(PyServer_drain), METH_NOARGS,
+     "Take every pending event: a list of Request (a new request), int (the id of a request whose client closed "
+     "the connection before its answer ended) and ('writable', id) (a streamed answer that waited may go on)."},
     {"stop_accepting", reinterpret_cast<PyCFunction>(PyServer_stop_accepting), METH_NOARGS,
      "Stop accepting connections (the listening socket stays open until Python closes it)."},
     {"shutdown", reinterpret_cast<PyCFunction>(PyServer_shutdown), METH_VARARGS,
