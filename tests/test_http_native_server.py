@@ -269,3 +269,41 @@ def test_a_reader_stalled_past_the_timeout_is_dropped_and_ends_the_producer():
         with server.connect() as other:
             other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             assert read_response(other, bytearray())[0] == 200
+
+
+class Slow:
+    """An app whose /slow answer waits for `release` (set from the test's thread)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("path") == "/slow":
+            self.started.set()
+            while not self.release.is_set():
+                await asyncio.sleep(0.01)
+        await hello(scope, receive, send)
+
+
+def test_a_drain_closes_idle_connections_at_once_and_lets_a_request_in_flight_finish():
+    app = Slow()
+    with running(app, graceful_seconds=30) as server:
+        idle, partial, busy = server.connect(), server.connect(), server.connect()
+        with idle, partial, busy:
+            idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(idle, bytearray())[2] == b"hello"  # kept alive, then idle
+            partial.sendall(b"GET / HTTP/1.1\r\nHost:")  # a head not finished
+            busy.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert app.started.wait(10)
+            stopping = threading.Thread(target=server.stop)
+            stopping.start()
+            idle.settimeout(10)
+            partial.settimeout(10)
+            assert idle.recv(1) == b"" and partial.recv(1) == b""  # closed while the request runs
+            assert not server.served.is_set()
+            app.release.set()
+            status, headers, body = read_response(busy, bytearray())
+            assert (status, body, headers["connection"]) == (200, b"hello", "close")
+            stopping.join(30)
+            assert server.served.is_set()

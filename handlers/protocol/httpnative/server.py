@@ -202,7 +202,7 @@ class NativeHttpServer:
                 reply = internal_error_reply(scope, exc)
             request.reply(reply.status, reply_headers(reply), reply.body, self._draining)
             return
-        exchange = _Exchange(request, self._draining)
+        exchange = _Exchange(request, self)
         self._exchanges[request.id] = exchange
         try:
             await exchange.run(self.app, scope)
@@ -213,12 +213,12 @@ class NativeHttpServer:
 class _Exchange:
     """One request through the ASGI app (receive / send) onto the native request."""
 
-    __slots__ = ("_body", "_close", "_disconnected", "_done", "_finished", "_headers", "_request", "_status",
+    __slots__ = ("_body", "_disconnected", "_done", "_finished", "_headers", "_request", "_server", "_status",
                  "_streaming", "_writable")
 
-    def __init__(self, request: Any, close: bool) -> None:
+    def __init__(self, request: Any, server: NativeHttpServer) -> None:
         self._request = request
-        self._close = close
+        self._server = server  # draining by the time the answer starts: it closes the connection
         self._body: bytes | None = request.body()
         self._status: int | None = None
         self._headers: list[tuple[bytes, bytes]] = []
@@ -298,12 +298,12 @@ class _Exchange:
         more = message.get("more_body", False)
         if not self._streaming and not more:
             self._done = True
-            self._request.reply(self._status, self._headers, body, self._close)
+            self._request.reply(self._status, self._headers, body, self._server._draining)
             self._wake()
             return
         if not self._streaming:
             self._streaming = True
-            self._request.start(self._status, self._headers, self._close)
+            self._request.start(self._status, self._headers, self._server._draining)
         if body and self._request.write(body) > WRITE_HIGH and self._request.wait_writable(WRITE_LOW):
             waiter = self._writable = asyncio.get_running_loop().create_future()
             try:

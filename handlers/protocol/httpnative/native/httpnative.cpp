@@ -136,27 +136,22 @@ evbuffer* BufferOf(const void* data, size_t size) {
   return buffer;
 }
 
-struct ConnState {
-  int pending = 0;  // requests handed to Python and not yet answered and written
-};
-
 // The JSON bodies of the answers the front end gives without Python (made by the Python side:
 // the messages are the runtime's own, handlers/limits.py).
 struct Refusals {
   std::string declared_prefix, declared_suffix;  // 413 for a declared body: prefix + size + suffix
   std::string too_large;  // 413 for a chunked body passing the limit
   std::string bad_request;  // 400 for a request evhttp cannot parse
-  bool ok() const { return !declared_prefix.empty() && !too_large.empty() && !bad_request.empty(); }
 };
 
 // Per connection (worker thread only): what the next request's head says, read from the
-// connection's input buffer before evhttp parses it.
+// connection's input buffer before evhttp parses it, and the connection's state for the drain.
 struct Head {
   Worker* worker = nullptr;
   bufferevent* bev = nullptr;
   evbuffer_cb_entry* on_input = nullptr;
   evbuffer_cb_entry* on_output = nullptr;
-  bool hooked = false;       // the connection's close callback is set
+  evhttp_connection* evcon = nullptr;  // known once bytes came on it (its close callback is set then)
   bool expect = true;        // a head is coming that is not read yet
   std::string seen;          // ... its bytes so far (evhttp takes each line off the input once it is whole)
   size_t scanned = 0;        // ... searched for its end up to here
@@ -201,7 +196,7 @@ class Worker {
     evhttp_set_allowed_methods(http_, kEveryMethod);  // every method reaches Python, which answers (405, 404)
     evhttp_set_max_body_size(http_, max_body);
     evhttp_set_max_headers_size(http_, kMaxHead);
-    if (refusals_->ok()) evhttp_set_bevcb(http_, &Worker::OnConnection, this);
+    evhttp_set_bevcb(http_, &Worker::OnConnection, this);
     struct timeval tv;
     tv.tv_sec = static_cast<time_t>(timeout);
     tv.tv_usec = static_cast<suseconds_t>((timeout - static_cast<double>(tv.tv_sec)) * 1e6);
@@ -297,19 +292,13 @@ class Worker {
     evbuffer_add_buffer(req->body, evhttp_request_get_input_buffer(evreq));
     req->http_minor = evreq->minor;
     evhttp_connection* evcon = evhttp_request_get_connection(evreq);
-    if (evcon != nullptr) self->NextHead(evcon, req);
     if (evcon != nullptr) {
+      self->NextHead(evcon, req);
       char* address = nullptr;
       ev_uint16_t port = 0;
       evhttp_connection_get_peer(evcon, &address, &port);
       if (address != nullptr) req->peer = address;
       req->peer_port = port;
-      auto found = self->conns_.find(evcon);
-      if (found == self->conns_.end()) {
-        found = self->conns_.emplace(evcon, ConnState()).first;
-        evhttp_connection_set_closecb(evcon, &Worker::OnClose, self);
-      }
-      found->second.pending += 1;
     }
     evhttp_request_set_on_complete_cb(evreq, &Worker::OnComplete, self);
     req->id = self->hub_->next_id.fetch_add(1);
@@ -338,7 +327,6 @@ class Worker {
     if (evcon != nullptr) {
       Head* head = self->HeadOf(evcon);
       if (head != nullptr && head->stream == req) self->EndStream(head, true);
-      self->conns_.erase(evcon);
       evhttp_connection_free(evcon);  // frees evreq too
     }
     self->MarkGone(req);
@@ -347,19 +335,15 @@ class Worker {
 
   static void OnComplete(evhttp_request* evreq, void* arg) {
     Worker* self = static_cast<Worker*>(arg);
-    evhttp_connection* evcon = evhttp_request_get_connection(evreq);
-    auto found = self->conns_.find(evcon);
-    if (found != self->conns_.end() && found->second.pending > 0) found->second.pending -= 1;
-    auto head = evcon != nullptr ? self->heads_.find(evhttp_connection_get_bufferevent(evcon)) : self->heads_.end();
-    if (head != self->heads_.end()) {  // the answer is written: the connection is free for the next
-      head->second->busy = false;
-      if (head->second->refuse > 0) self->Refuse(head->second.get(), head->second->refuse);
+    Head* head = self->HeadOf(evhttp_request_get_connection(evreq));
+    if (head != nullptr) {  // the answer is written: the connection is free for the next
+      head->busy = false;
+      if (head->refuse > 0) self->Refuse(head, head->refuse);
     }
   }
 
   static void OnClose(evhttp_connection* evcon, void* arg) {
     Worker* self = static_cast<Worker*>(arg);
-    self->conns_.erase(evcon);
     bufferevent* bev = evhttp_connection_get_bufferevent(evcon);
     auto found = self->heads_.find(bev);
     if (found != self->heads_.end()) {
@@ -394,13 +378,11 @@ class Worker {
     Head* head = static_cast<Head*>(arg);
     if (info->n_added == 0 || head->refused) return;
     Worker* self = head->worker;
-    if (!head->hooked) {  // the connection exists now: hear of its end
+    if (head->evcon == nullptr) {  // the connection exists now: hear of its end
       void* evcon = nullptr;
       bufferevent_getcb(head->bev, nullptr, nullptr, nullptr, &evcon);
-      if (evcon != nullptr) {
-        evhttp_connection_set_closecb(static_cast<evhttp_connection*>(evcon), &Worker::OnClose, self);
-        head->hooked = true;
-      }
+      head->evcon = static_cast<evhttp_connection*>(evcon);
+      if (evcon != nullptr) evhttp_connection_set_closecb(head->evcon, &Worker::OnClose, self);
     }
     size_t length = evbuffer_get_length(input);
     size_t added = std::min<size_t>(info->n_added, length);
@@ -769,23 +751,18 @@ class Worker {
   void TryFinish() {
     bool busy = false;
     std::vector<evhttp_connection*> idle;
-    for (auto& entry : conns_) {
-      if (entry.second.pending > 0) {
-        busy = true;
+    for (auto& entry : heads_) {
+      Head* head = entry.second.get();
+      if (head->evcon == nullptr) continue;  // nothing came on it (evhttp_free closes it)
+      if (head->busy || evbuffer_get_length(bufferevent_get_output(head->bev)) > 0) {
+        busy = true;  // a request with Python, or an answer not sent yet
       } else {
-        idle.push_back(entry.first);
+        idle.push_back(head->evcon);
       }
     }
     // idle keep-alive connections: closed now (a request arriving on one races the close, as
-    // it does with any server that closes idle connections)
-    for (evhttp_connection* evcon : idle) {
-      if (!HasOutput(evcon)) {
-        conns_.erase(evcon);
-        evhttp_connection_free(evcon);
-      } else {
-        busy = true;
-      }
-    }
+    // it does with any server that closes idle connections); OnClose forgets their heads
+    for (evhttp_connection* evcon : idle) evhttp_connection_free(evcon);
     if (busy && std::chrono::steady_clock::now() < deadline_) {
       struct timeval tv = {0, 10000};
       evtimer_add(stop_timer_, &tv);
@@ -793,11 +770,6 @@ class Worker {
     }
     EndLingering();  // their answers were sent long ago: the clients see the connections end now
     event_base_loopbreak(base_);
-  }
-
-  static bool HasOutput(evhttp_connection* evcon) {
-    bufferevent* bev = evhttp_connection_get_bufferevent(evcon);
-    return bev != nullptr && evbuffer_get_length(bufferevent_get_output(bev)) > 0;
   }
 
   void Apply(Op& op) {
@@ -871,7 +843,6 @@ class Worker {
   bool stop_accepting_ = false;
   bool finish_ = false;
   std::chrono::steady_clock::time_point deadline_;
-  std::unordered_map<evhttp_connection*, ConnState> conns_;  // worker thread only
   std::unordered_set<Lingering*> lingering_;  // worker thread only
 };
 
@@ -1112,12 +1083,12 @@ struct PyServer {
 int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"fd", "max_body", "threads", "timeout", "declared_prefix", "declared_suffix",
                                    "too_large", "bad_request", nullptr};
-  int fd, threads = 1;
+  int fd, threads;
   long long max_body;
-  double timeout = 75.0;
-  const char *prefix = "", *suffix = "", *too_large = "", *bad_request = "";
-  Py_ssize_t prefix_len = 0, suffix_len = 0, too_large_len = 0, bad_request_len = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iL|idy#y#y#y#", const_cast<char**>(keywords), &fd, &max_body,
+  double timeout;
+  const char *prefix, *suffix, *too_large, *bad_request;
+  Py_ssize_t prefix_len, suffix_len, too_large_len, bad_request_len;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLidy#y#y#y#", const_cast<char**>(keywords), &fd, &max_body,
                                    &threads, &timeout, &prefix, &prefix_len, &suffix, &suffix_len, &too_large,
                                    &too_large_len, &bad_request, &bad_request_len)) {
     return -1;
@@ -1252,11 +1223,11 @@ PyMODINIT_FUNC PyInit__httpnative(void) {
   PyServerType.tp_dealloc = reinterpret_cast<destructor>(PyServer_dealloc);
   PyServerType.tp_methods = PyServer_methods;
   PyServerType.tp_doc =
-      "Server(fd, max_body, threads=1, timeout=75.0, declared_prefix=b'', declared_suffix=b'', too_large=b'', "
-      "bad_request=b''): serve HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its "
-      "own). The bytes are the JSON bodies of the answers given without Python: 413 for a declared body over "
-      "max_body (prefix + its size + suffix), 413 for a chunked one, 400 for a malformed request (without "
-      "them, evhttp's own pages).";
+      "Server(fd, max_body, threads, timeout, declared_prefix, declared_suffix, too_large, bad_request): serve "
+      "HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its own) with `threads` "
+      "libevent threads, closing connections idle for `timeout` seconds. The bytes are the JSON bodies of the "
+      "answers given without Python: 413 for a declared body over max_body (prefix + its size + suffix), 413 "
+      "for a chunked one, 400 for a malformed request.";
 
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
