@@ -78,7 +78,7 @@ struct Req {
   uint64_t id = 0;
   event* watch = nullptr;  // EV_CLOSED on the connection while the request is in flight (worker thread)
   bool answered = false;  // Python's final answer is queued (Python thread, GIL held)
-  bool started = false;   // a streamed answer was started (Python thread)
+  bool started = false;   // a streamed answer was started (Python thread, before its START op is queued)
   bool close = false;     // its answer closes the connection (a body evhttp did not read is left on it)
 
   // A streamed answer's flow (Request.write / wait_writable): what Python wrote and the kernel has
@@ -218,6 +218,7 @@ class Worker {
       event_base_dispatch(base_);
       evhttp_free(http_);  // closes what is left (past the grace period)
       http_ = nullptr;
+      EndLingering();  // their answers were sent long ago: the clients see the connections end now
     });
   }
 
@@ -768,7 +769,6 @@ class Worker {
       evtimer_add(stop_timer_, &tv);
       return;
     }
-    EndLingering();  // their answers were sent long ago: the clients see the connections end now
     event_base_loopbreak(base_);
   }
 
@@ -780,7 +780,7 @@ class Worker {
       return;
     }
     bool final = op.kind == Op::REPLY || op.kind == Op::END;
-    Head* head = HeadOf(evhttp_request_get_connection(evreq));
+    Head* head = op.req->started ? HeadOf(evhttp_request_get_connection(evreq)) : nullptr;  // (streams only)
     if (head != nullptr && head->stream == op.req && final) {
       EndStream(head, false);  // before evhttp ends the answer (it may free the connection at once)
     } else if (head != nullptr && head->stream == nullptr && op.kind == Op::START) {
