@@ -8,6 +8,7 @@ tests/test_build_e2e_grpc.py."""
 from __future__ import annotations
 
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from handlers.protocol.native import build as native_build
 from toolkit.build import native_frontend as gf
 from toolkit.build.base_image import BaseImage
 from toolkit.build.errors import BuildError, BuildOptionError
@@ -68,6 +70,44 @@ def test_cache_key_hashes_every_file_the_build_reads():
                             text=True, check=True).stdout.split()
     assert [Path(p) for p in listed] == list(gf.GRPC.sources)
     assert all(Path(p).is_file() for p in listed)
+
+
+@pytest.mark.parametrize("kind", [gf.GRPC, gf.HTTP], ids=["grpc", "http"])
+def test_the_cache_key_covers_every_file_the_build_reads(kind):
+    """One list of what a build reads: build.py's (the cache key takes it from there). It holds the
+    C++ source, every local header it includes (found where the compiler's -I looks: beside the
+    source and in handlers/protocol/native), and the builder itself; a header added to a source
+    without being listed fails here."""
+    frontend = native_build.FRONTENDS[kind.name]
+    assert kind.sources == frontend.sources
+    assert kind.debian == frontend.debian
+    names = {path.name: path for path in kind.sources}
+    assert frontend.source in kind.sources and Path(native_build.__file__).resolve() in kind.sources
+    assert gf.BUILD_SCRIPT == Path(native_build.__file__).resolve()
+    pending, seen = [frontend.source], set()
+    while pending:
+        source = pending.pop()
+        for included in re.findall(r'^\s*#\s*include\s+"([^"]+)"', source.read_text(), re.MULTILINE):
+            found = [d / included for d in (source.parent, native_build.HERE) if (d / included).is_file()]
+            assert found, f"{source.name} includes {included}, which the build cannot find"
+            assert names.get(found[0].name) == found[0], f"{included} is not in the sources"
+            if found[0] not in seen:
+                seen.add(found[0])
+                pending.append(found[0])
+    assert seen, "the C++ source includes frontend.h"
+    # build.py --wheel copies exactly the C++ source and the header into its project
+    assert set(kind.sources) == {frontend.source, native_build.HEADER, Path(native_build.__file__).resolve()}
+
+
+@pytest.mark.parametrize("kind", [gf.GRPC, gf.HTTP], ids=["grpc", "http"])
+def test_the_fallback_warning_names_no_number_that_goes_stale(kind, tmp_path, monkeypatch):
+    """The warning points at the measurements (docs/performance.md) instead of quoting them."""
+    monkeypatch.delenv(kind.wheels_env, raising=False)
+    other = "3.%d" % (sys.version_info[1] + 1)
+    line = gf.choose_frontend(kind, "auto", _base(python=other), cache_dir=tmp_path).line()
+    cost = line.split(", not the native one (", 1)[1].split("):", 1)[0]
+    assert cost == "slower: docs/performance.md"
+    assert (Path(__file__).resolve().parent.parent / "docs" / "performance.md").is_file()
 
 
 @pytest.mark.parametrize(("filename", "glibc"), [

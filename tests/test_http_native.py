@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -113,6 +114,18 @@ def test_malformed_request_line_is_400_and_the_server_goes_on(server):
     with connect(server) as sock:
         sock.sendall(infer_request())
         assert read_response(sock, bytearray())[0] == 200
+
+
+def test_sigterm_with_a_lingering_connection_drains_and_exits_0():
+    """A connection left lingering after an error answer (the client keeps it open and sends on)
+    does not hold up the drain: the process exits 0 (the drain closing it is checked in
+    tests/test_http_native_server.py)."""
+    with serve(REPO, env=NATIVE) as running, connect(running) as sock:
+        sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+        assert read_response(sock, bytearray())[0] == 400
+        sock.sendall(b"still sending")
+        running.process.send_signal(signal.SIGTERM)
+        assert running.process.wait(timeout=60) == 0, running.output()
 
 
 def test_client_closing_mid_body_does_not_disturb_others(server):
@@ -273,6 +286,59 @@ def test_chunked_body_over_the_limit_is_a_json_413_and_the_client_finishes_sendi
     assert response.status == 413 and response.getheader("content-type") == "application/json"
     assert json.loads(response.read()) == {"error": TOO_LARGE.format("")}
     connection.close()
+
+
+CHUNKED_HEAD = (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n")
+OVER_LIMIT = b"2000\r\n" + b"x" * 0x2000 + b"\r\n0\r\n\r\n"  # one chunk of 8192 bytes: over 4096
+
+
+def assert_json_413_then_closed(sock: socket.socket, buffer: bytearray) -> None:
+    status, headers, body = read_response(sock, buffer)
+    assert status == 413 and headers["content-type"] == "application/json", (headers, body)
+    assert json.loads(body) == {"error": TOO_LARGE.format("")}
+    assert sock.recv(1) == b""
+
+
+def test_expect_100_continue_with_a_chunked_body_over_the_limit_is_a_json_413(limited):
+    """`Expect: 100-continue` with a chunked body: evhttp answers 100 Continue to the head, then
+    its own 413 once the chunks pass the limit; that answer gets the routes' JSON body too, whether
+    the body follows the 100 Continue or comes with the head in one packet."""
+    head = CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n"
+    with connect(limited) as sock:
+        sock.sendall(head)
+        buffer = bytearray()
+        while b"\r\n\r\n" not in buffer:
+            buffer += sock.recv(65536)
+        assert bytes(buffer).startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), buffer
+        del buffer[: len(b"HTTP/1.1 100 Continue\r\n\r\n")]
+        sock.sendall(OVER_LIMIT)
+        assert_json_413_then_closed(sock, buffer)
+    with connect(limited) as sock:
+        sock.sendall(head + OVER_LIMIT)
+        assert_json_413_then_closed(sock, bytearray())
+
+
+def test_evhttps_answers_after_an_answered_request_get_the_json_body(limited):
+    """The answers evhttp gives itself (400, 413 for a chunked body, 417) are rewritten on a
+    connection that was already answered too (keep-alive): there the connection's output is
+    frozen between writes, as libevent keeps it once it has written."""
+    cases = [
+        (b"THIS IS NOT HTTP\r\n\r\n", 400, {"error": "Invalid HTTP request received."}),
+        (CHUNKED_HEAD + b"\r\n" + OVER_LIMIT, 413, {"error": TOO_LARGE.format("")}),
+        (b"POST /v2/models/add_sub/infer HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nContent-Length: 2\r\n\r\n{}",
+         417, {"error": "Expectation Failed"}),
+    ]
+    for request, expected, error in cases:
+        with connect(limited) as sock:
+            buffer = bytearray()
+            sock.sendall(infer_request())
+            assert read_response(sock, buffer)[0] == 200
+            sock.sendall(request)
+            status, headers, body = read_response(sock, buffer)
+            assert (status, headers["content-type"]) == (expected, "application/json"), (request, headers, body)
+            assert json.loads(body) == error
+            assert sock.recv(1) == b""
 
 
 def test_body_within_the_limit_is_served(limited):

@@ -10,8 +10,9 @@ build` finds or makes the one its image needs, in this order:
 1. `TOOLKIT_GRPC_NATIVE_WHEELS=DIR` / `TOOLKIT_HTTP_NATIVE_WHEELS=DIR`: the user's wheel for the
    image's Python, arch and glibc (none in DIR: an error, as the user asked for it);
 2. the wheel cache (`<wheel cache>/grpcnative/<key>/`, `.../httpnative/<key>/`), keyed by the
-   front end's sources (every file build.py reads: its C++ file, frontend.h, build.py), the Python
-   tag and the arch: a second build reuses it, a changed source builds again;
+   front end's sources (every file build.py reads, as its `Frontend.sources` lists them: the C++
+   file, frontend.h, build.py), the Python tag and the arch: a second build reuses it, a changed
+   source builds again;
 3. built now by build.py --wheel with the Python running toolkit, when its major.minor and arch
    are the image's (a wheel is specific to both), then cached.
 
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import handlers
+from handlers.protocol.native import build as native_build
 
 from .base_image import BaseImage
 from .errors import BuildError
@@ -55,9 +56,11 @@ from .runtime_deps import (
     native_requirement,
 )
 
-PROTOCOL_DIR = Path(handlers.__file__).resolve().parent / "protocol"
-BUILD_SCRIPT = PROTOCOL_DIR / "native" / "build.py"
+BUILD_SCRIPT = Path(native_build.__file__).resolve()
 BUILD_TIMEOUT_S = 1800
+# Where the fallback's cost is measured. The warning names no number: measurements change, the
+# warning would not.
+PERFORMANCE_DOC = "docs/performance.md"
 
 
 @dataclass(frozen=True)
@@ -69,11 +72,23 @@ class Kind:
     library: str  # what serves natively: grpc++, libevent
     fallback: str  # the other choice: grpcio, uvicorn
     fallback_text: str  # grpcio's server, uvicorn
-    fallback_cost: str  # what serving with it costs (one line's parenthesis)
     requirement: RuntimeRequirement  # the wheel's distribution and its import
     wheels_env: str  # the user's folder of wheels
-    debian: str  # the library's Debian package
-    sources: tuple[Path, ...]  # every file `build.py NAME` reads (what `build.py NAME --sources` lists)
+
+    @property
+    def build(self) -> native_build.Frontend:
+        """build.py's description of this front end's build (one implementation of what it reads)."""
+        return native_build.FRONTENDS[self.name]
+
+    @property
+    def sources(self) -> tuple[Path, ...]:
+        """Every file `build.py NAME` reads (what `build.py NAME --sources` lists): the cache key's input."""
+        return self.build.sources
+
+    @property
+    def debian(self) -> str:
+        """The library's Debian package."""
+        return self.build.debian
 
     @property
     def choices(self) -> tuple[str, ...]:
@@ -96,15 +111,8 @@ class Kind:
         return f"g++, pkg-config and {self.debian} (Debian/Ubuntu: apt-get install g++ pkg-config {self.debian})"
 
 
-def _sources(cpp: Path) -> tuple[Path, ...]:
-    return (cpp, PROTOCOL_DIR / "native" / "frontend.h", BUILD_SCRIPT)
-
-
-GRPC = Kind("grpc", "gRPC", "grpc++", "grpcio", "grpcio's server", "about half its throughput, docs/grpc.md",
-            GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV, "libgrpc++-dev", _sources(PROTOCOL_DIR / "grpc" / "native" / "grpcnative.cpp"))
-HTTP = Kind("http", "HTTP", "libevent", "uvicorn", "uvicorn", "0.86x -> 0.95x Triton's throughput measured, docs/performance.md",
-            HTTP_NATIVE, HTTP_NATIVE_WHEELS_ENV, "libevent-dev",
-            _sources(PROTOCOL_DIR / "httpnative" / "native" / "httpnative.cpp"))
+GRPC = Kind("grpc", "gRPC", "grpc++", "grpcio", "grpcio's server", GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV)
+HTTP = Kind("http", "HTTP", "libevent", "uvicorn", "uvicorn", HTTP_NATIVE, HTTP_NATIVE_WHEELS_ENV)
 KINDS = {kind.name: kind for kind in (GRPC, HTTP)}
 
 # Legacy manylinux aliases (PEP 600): the glibc each one means.
@@ -156,8 +164,8 @@ class NativeFrontend:
                    "cache": "reused from the wheel cache"}.get(self.source, f"from {kind.wheels_env}")
             return f"{kind.label} front end: native ({kind.library} wheel {how})"
         if self.source == "fallback":
-            return (f"{kind.label} front end: {kind.fallback_text}, not the native one ({kind.fallback_cost}): "
-                    f"{self.reason}")
+            return (f"{kind.label} front end: {kind.fallback_text}, not the native one "
+                    f"(slower: {PERFORMANCE_DOC}): {self.reason}")
         return f"{kind.label} front end: {kind.fallback_text} ({self.reason})"
 
 

@@ -8,7 +8,8 @@ handlers/protocol/grpc/nativeserver.py). Each request then runs:
   `routes.run_infer`, the same handler the FastAPI route and the fast path run;
 - anything else: the same FastAPI app, through a small ASGI adapter (scope / receive / send), so
   routes, statuses, headers and messages are the app's own. A response whose body comes in
-  several messages (`generate_stream`'s SSE) goes out chunk by chunk.
+  several messages (`generate_stream`'s SSE) goes out chunk by chunk; its `send` waits while the
+  client does not read (WRITE_HIGH / WRITE_LOW, as the native gRPC front end's stream does).
 
 `NativeHttpServer` has the part of `uvicorn.Server`'s interface the runner uses: `serve(sockets)`
 until `should_exit` is set, then drain: stop accepting (the listening socket is closed, so new
@@ -20,7 +21,7 @@ does): a declared body over TOOLKIT_MAX_REQUEST_BYTES gets the routes' JSON 413 
 any of it is read (then the connection ends; evhttp reads and drops the body); a chunked body
 passing the limit, a malformed request (400) and a failed `Expect` (417) get evhttp's answer with
 a JSON `{"error": ...}` body instead of its HTML page, and the connection ends after the client
-stops sending. Methods evhttp 2.1 does not know (QUERY, PROPFIND, ...) reach the app by name. A
+stops sending (at most 10 s later, or at the drain). Methods evhttp 2.1 does not know (QUERY, PROPFIND, ...) reach the app by name. A
 client closing its connection while its request is in flight is seen at once (EPOLLRDHUP): the
 app's `receive` answers `http.disconnect`.
 """
@@ -49,6 +50,11 @@ log = logging.getLogger("handlers.protocol.httpnative")
 BAD_REQUEST = "Invalid HTTP request received."  # uvicorn's words for a request it cannot parse
 
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
+# A streamed answer's flow (asyncio's transport marks, which uvicorn's writes follow): `send` of a
+# body piece waits while more than WRITE_HIGH bytes are written and not taken by the kernel, until
+# no more than WRITE_LOW are; a client that stops reading holds the app's producer back.
+WRITE_HIGH = 64 * 1024
+WRITE_LOW = 16 * 1024
 _INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")],
                    b"Internal Server Error")
 
@@ -156,6 +162,11 @@ class NativeHttpServer:
                 if exchange is not None:
                     exchange.disconnect()
                 continue
+            if type(event) is tuple:  # ("writable", id): a streamed answer may go on
+                exchange = self._exchanges.get(event[1])
+                if exchange is not None:
+                    exchange.writable()
+                continue
             task = loop.create_task(self._handle(event))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -191,7 +202,7 @@ class NativeHttpServer:
                 reply = internal_error_reply(scope, exc)
             request.reply(reply.status, reply_headers(reply), reply.body, self._draining)
             return
-        exchange = _Exchange(request, self._draining)
+        exchange = _Exchange(request, self)
         self._exchanges[request.id] = exchange
         try:
             await exchange.run(self.app, scope)
@@ -202,12 +213,12 @@ class NativeHttpServer:
 class _Exchange:
     """One request through the ASGI app (receive / send) onto the native request."""
 
-    __slots__ = ("_body", "_close", "_disconnected", "_done", "_finished", "_headers", "_request", "_status",
-                 "_streaming")
+    __slots__ = ("_body", "_disconnected", "_done", "_finished", "_headers", "_request", "_server", "_status",
+                 "_streaming", "_writable")
 
-    def __init__(self, request: Any, close: bool) -> None:
+    def __init__(self, request: Any, server: NativeHttpServer) -> None:
         self._request = request
-        self._close = close
+        self._server = server  # draining by the time the answer starts: it closes the connection
         self._body: bytes | None = request.body()
         self._status: int | None = None
         self._headers: list[tuple[bytes, bytes]] = []
@@ -215,11 +226,18 @@ class _Exchange:
         self._done = False
         self._disconnected = False
         self._finished: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
 
     def disconnect(self) -> None:
         """The client left: `receive` answers http.disconnect, what is sent goes nowhere."""
         self._disconnected = True
         self._wake()
+        self.writable()
+
+    def writable(self) -> None:
+        """A `send` waiting for the client to read may go on."""
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
 
     async def run(self, app: Any, scope: dict[str, Any]) -> None:
         try:
@@ -280,14 +298,20 @@ class _Exchange:
         more = message.get("more_body", False)
         if not self._streaming and not more:
             self._done = True
-            self._request.reply(self._status, self._headers, body, self._close)
+            self._request.reply(self._status, self._headers, body, self._server._draining)
             self._wake()
             return
         if not self._streaming:
             self._streaming = True
-            self._request.start(self._status, self._headers, self._close)
-        if body:
-            self._request.write(body)
+            self._request.start(self._status, self._headers, self._server._draining)
+        if body and self._request.write(body) > WRITE_HIGH and self._request.wait_writable(WRITE_LOW):
+            waiter = self._writable = asyncio.get_running_loop().create_future()
+            try:
+                await waiter  # ... until the client took enough of it (or left)
+            finally:
+                self._writable = None
+            if self._disconnected:
+                return
         if not more:
             self._done = True
             self._request.end()

@@ -9,7 +9,10 @@
 //
 // Python answers through the `Request` object (`reply`, or `start` / `write` / `end` for a
 // streamed body); each answer is queued to the request's libevent thread, which is woken by an
-// event made active from Python's thread (evthread_use_pthreads), and written there.
+// event made active from Python's thread (evthread_use_pthreads), and written there. A streamed
+// body is flow-controlled: `write` says how many bytes are written and not taken by the kernel
+// yet, and `wait_writable(low)` asks for a ("writable", id) event once no more than `low` are
+// (the native gRPC front end's WRITABLE, in bytes).
 //
 // Each connection's request heads are read once more, before evhttp parses them (a callback on
 // its input buffer: `Head`), for what evhttp 2.1 cannot do itself:
@@ -48,6 +51,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -74,8 +78,20 @@ struct Req {
   uint64_t id = 0;
   event* watch = nullptr;  // EV_CLOSED on the connection while the request is in flight (worker thread)
   bool answered = false;  // Python's final answer is queued (Python thread, GIL held)
-  bool started = false;   // a streamed answer was started (Python thread)
+  bool started = false;   // a streamed answer was started (Python thread, before its START op is queued)
   bool close = false;     // its answer closes the connection (a body evhttp did not read is left on it)
+
+  // A streamed answer's flow (Request.write / wait_writable): what Python wrote and the kernel has
+  // not taken yet is `queued` (in ops the worker has not applied) + `buffered` (the connection's
+  // output, chunk framing included). A writer past its high mark waits for a WRITABLE event, owed
+  // once that falls to `writable_at`; a connection that is gone owes none (its DISCONNECT wakes).
+  std::atomic<int64_t> queued{0};    // Python adds, the worker takes off
+  std::atomic<int64_t> buffered{0};  // the worker's, while the answer streams
+  std::mutex flow_mu;
+  bool want_writable = false;  // (flow_mu)
+  int64_t writable_at = 0;     // (flow_mu)
+  bool gone = false;           // (flow_mu)
+  int64_t Outstanding() const { return queued.load() + buffered.load(); }
 
   void Ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
@@ -87,7 +103,7 @@ struct Req {
   }
 };
 
-enum EventKind { REQUEST = 0, DISCONNECT = 1 };
+enum EventKind { REQUEST = 0, DISCONNECT = 1, WRITABLE = 2 };
 
 struct Event {
   int kind;
@@ -120,27 +136,22 @@ evbuffer* BufferOf(const void* data, size_t size) {
   return buffer;
 }
 
-struct ConnState {
-  int pending = 0;  // requests handed to Python and not yet answered and written
-};
-
 // The JSON bodies of the answers the front end gives without Python (made by the Python side:
 // the messages are the runtime's own, handlers/limits.py).
 struct Refusals {
   std::string declared_prefix, declared_suffix;  // 413 for a declared body: prefix + size + suffix
   std::string too_large;  // 413 for a chunked body passing the limit
   std::string bad_request;  // 400 for a request evhttp cannot parse
-  bool ok() const { return !declared_prefix.empty() && !too_large.empty() && !bad_request.empty(); }
 };
 
 // Per connection (worker thread only): what the next request's head says, read from the
-// connection's input buffer before evhttp parses it.
+// connection's input buffer before evhttp parses it, and the connection's state for the drain.
 struct Head {
   Worker* worker = nullptr;
   bufferevent* bev = nullptr;
   evbuffer_cb_entry* on_input = nullptr;
   evbuffer_cb_entry* on_output = nullptr;
-  bool hooked = false;       // the connection's close callback is set
+  evhttp_connection* evcon = nullptr;  // known once bytes came on it (its close callback is set then)
   bool expect = true;        // a head is coming that is not read yet
   std::string seen;          // ... its bytes so far (evhttp takes each line off the input once it is whole)
   size_t scanned = 0;        // ... searched for its end up to here
@@ -153,6 +164,7 @@ struct Head {
   uint64_t body_left = 0;    // the head's body evhttp will not read (HEAD, TRACE, unknown methods)
   bool close_next = false;   // ... when it cannot be dropped (chunked): close after the answer
   uint64_t skip = 0;         // bytes of such a body still to drop
+  Req* stream = nullptr;     // the streamed answer being written on it (holds a ref): its flow
 };
 
 constexpr size_t kMaxHead = 64 * 1024;  // evhttp_set_max_headers_size below
@@ -184,7 +196,7 @@ class Worker {
     evhttp_set_allowed_methods(http_, kEveryMethod);  // every method reaches Python, which answers (405, 404)
     evhttp_set_max_body_size(http_, max_body);
     evhttp_set_max_headers_size(http_, kMaxHead);
-    if (refusals_->ok()) evhttp_set_bevcb(http_, &Worker::OnConnection, this);
+    evhttp_set_bevcb(http_, &Worker::OnConnection, this);
     struct timeval tv;
     tv.tv_sec = static_cast<time_t>(timeout);
     tv.tv_usec = static_cast<suseconds_t>((timeout - static_cast<double>(tv.tv_sec)) * 1e6);
@@ -206,6 +218,7 @@ class Worker {
       event_base_dispatch(base_);
       evhttp_free(http_);  // closes what is left (past the grace period)
       http_ = nullptr;
+      EndLingering();  // their answers were sent long ago: the clients see the connections end now
     });
   }
 
@@ -280,19 +293,13 @@ class Worker {
     evbuffer_add_buffer(req->body, evhttp_request_get_input_buffer(evreq));
     req->http_minor = evreq->minor;
     evhttp_connection* evcon = evhttp_request_get_connection(evreq);
-    if (evcon != nullptr) self->NextHead(evcon, req);
     if (evcon != nullptr) {
+      self->NextHead(evcon, req);
       char* address = nullptr;
       ev_uint16_t port = 0;
       evhttp_connection_get_peer(evcon, &address, &port);
       if (address != nullptr) req->peer = address;
       req->peer_port = port;
-      auto found = self->conns_.find(evcon);
-      if (found == self->conns_.end()) {
-        found = self->conns_.emplace(evcon, ConnState()).first;
-        evhttp_connection_set_closecb(evcon, &Worker::OnClose, self);
-      }
-      found->second.pending += 1;
     }
     evhttp_request_set_on_complete_cb(evreq, &Worker::OnComplete, self);
     req->id = self->hub_->next_id.fetch_add(1);
@@ -319,31 +326,30 @@ class Worker {
     req->evreq = nullptr;
     evhttp_connection* evcon = evhttp_request_get_connection(evreq);
     if (evcon != nullptr) {
-      self->conns_.erase(evcon);
+      Head* head = self->HeadOf(evcon);
+      if (head != nullptr && head->stream == req) self->EndStream(head, true);
       evhttp_connection_free(evcon);  // frees evreq too
     }
+    self->MarkGone(req);
     self->hub_->Push(DISCONNECT, req);  // takes the worker's ref
   }
 
   static void OnComplete(evhttp_request* evreq, void* arg) {
     Worker* self = static_cast<Worker*>(arg);
-    evhttp_connection* evcon = evhttp_request_get_connection(evreq);
-    auto found = self->conns_.find(evcon);
-    if (found != self->conns_.end() && found->second.pending > 0) found->second.pending -= 1;
-    auto head = evcon != nullptr ? self->heads_.find(evhttp_connection_get_bufferevent(evcon)) : self->heads_.end();
-    if (head != self->heads_.end()) {  // the answer is written: the connection is free for the next
-      head->second->busy = false;
-      if (head->second->refuse > 0) self->Refuse(head->second.get(), head->second->refuse);
+    Head* head = self->HeadOf(evhttp_request_get_connection(evreq));
+    if (head != nullptr) {  // the answer is written: the connection is free for the next
+      head->busy = false;
+      if (head->refuse > 0) self->Refuse(head, head->refuse);
     }
   }
 
   static void OnClose(evhttp_connection* evcon, void* arg) {
     Worker* self = static_cast<Worker*>(arg);
-    self->conns_.erase(evcon);
     bufferevent* bev = evhttp_connection_get_bufferevent(evcon);
     auto found = self->heads_.find(bev);
     if (found != self->heads_.end()) {
       Head* head = found->second.get();
+      if (head->stream != nullptr) self->StreamLost(evcon, head);
       if (head->linger) self->Linger(bufferevent_getfd(bev));
       evbuffer_remove_cb_entry(bufferevent_get_input(bev), head->on_input);
       evbuffer_remove_cb_entry(bufferevent_get_output(bev), head->on_output);
@@ -373,13 +379,11 @@ class Worker {
     Head* head = static_cast<Head*>(arg);
     if (info->n_added == 0 || head->refused) return;
     Worker* self = head->worker;
-    if (!head->hooked) {  // the connection exists now: hear of its end
+    if (head->evcon == nullptr) {  // the connection exists now: hear of its end
       void* evcon = nullptr;
       bufferevent_getcb(head->bev, nullptr, nullptr, nullptr, &evcon);
-      if (evcon != nullptr) {
-        evhttp_connection_set_closecb(static_cast<evhttp_connection*>(evcon), &Worker::OnClose, self);
-        head->hooked = true;
-      }
+      head->evcon = static_cast<evhttp_connection*>(evcon);
+      if (evcon != nullptr) evhttp_connection_set_closecb(head->evcon, &Worker::OnClose, self);
     }
     size_t length = evbuffer_get_length(input);
     size_t added = std::min<size_t>(info->n_added, length);
@@ -545,10 +549,11 @@ class Worker {
   // close with unread input resets it, which can take the answer from the client before it reads
   // it. Reading and dropping what still comes on a copy of the socket (for up to kLingerSeconds)
   // keeps the connection open until the client closes it; evhttp's shutdown(SHUT_WR) has already
-  // told the client the answer is complete.
+  // told the client the answer is complete. The worker's end closes what still lingers.
   static constexpr int kLingerSeconds = 10;
 
   struct Lingering {
+    Worker* worker;
     int fd;
     event* ev;
   };
@@ -558,16 +563,22 @@ class Worker {
     int copy = dup(fd);
     if (copy < 0) return;
     evutil_make_socket_nonblocking(copy);
-    Lingering* lingering = new Lingering{copy, nullptr};
+    Lingering* lingering = new Lingering{this, copy, nullptr};
+    lingering_.insert(lingering);
     lingering->ev = event_new(base_, copy, EV_READ | EV_PERSIST, &Worker::OnLinger, lingering);
     struct timeval tv = {kLingerSeconds, 0};
     if (lingering->ev == nullptr || event_add(lingering->ev, &tv) != 0) EndLinger(lingering);
   }
 
   static void EndLinger(Lingering* lingering) {
+    lingering->worker->lingering_.erase(lingering);
     if (lingering->ev != nullptr) event_free(lingering->ev);
     close(lingering->fd);
     delete lingering;
+  }
+
+  void EndLingering() {
+    while (!lingering_.empty()) EndLinger(*lingering_.begin());
   }
 
   static void OnLinger(evutil_socket_t fd, short what, void* arg) {
@@ -587,9 +598,13 @@ class Worker {
   }
 
   // Something was written that Python did not answer: evhttp's own answer (or 100 Continue).
-  static void OnOutput(evbuffer*, const evbuffer_cb_info* info, void* arg) {
+  static void OnOutput(evbuffer* output, const evbuffer_cb_info* info, void* arg) {
     Head* head = static_cast<Head*>(arg);
     Worker* self = head->worker;
+    if (head->stream != nullptr) {  // a streamed answer's bytes came or went
+      head->stream->buffered.store(static_cast<int64_t>(evbuffer_get_length(output)));
+      self->Flow(head->stream);
+    }
     if (info->n_added == 0 || self->writing_ || head->refused || head->fixup) return;
     head->fixup = true;  // once evhttp has written all of it (the socket is written on a later turn)
     self->fixups_.push_back(head->bev);
@@ -612,6 +627,15 @@ class Worker {
   // the JSON error body.
   void Rewrite(Head* head) {
     evbuffer* output = bufferevent_get_output(head->bev);
+    // A socket bufferevent keeps its output's start frozen between writes once it has written
+    // (it unfreezes it only to write): copying out or draining would fail on any connection that
+    // was answered before (keep-alive, or a 100 Continue). Frozen again after, as it expects.
+    evbuffer_unfreeze(output, 1);
+    RewritePage(head, output);
+    evbuffer_freeze(output, 1);
+  }
+
+  void RewritePage(Head* head, evbuffer* output) {
     size_t length = evbuffer_get_length(output);
     if (length < 16 || length > 8192) return;
     std::string text(length, '\0');
@@ -652,6 +676,53 @@ class Worker {
     writing_ = false;
   }
 
+  // ---- a streamed answer's flow (see Req) ----
+
+  Head* HeadOf(evhttp_connection* evcon) {
+    if (evcon == nullptr) return nullptr;
+    auto found = heads_.find(evhttp_connection_get_bufferevent(evcon));
+    return found == heads_.end() ? nullptr : found->second.get();
+  }
+
+  // WRITABLE when what is outstanding fell to the mark Python waits for.
+  void Flow(Req* req) {
+    std::lock_guard<std::mutex> lock(req->flow_mu);
+    if (req->want_writable && req->Outstanding() <= req->writable_at) {
+      req->want_writable = false;
+      req->Ref();
+      hub_->Push(WRITABLE, req);
+    }
+  }
+
+  static void MarkGone(Req* req) {
+    std::lock_guard<std::mutex> lock(req->flow_mu);
+    req->gone = true;
+    req->want_writable = false;
+  }
+
+  void EndStream(Head* head, bool gone) {
+    Req* req = head->stream;
+    head->stream = nullptr;
+    if (gone) MarkGone(req);
+    req->Unref();
+  }
+
+  // evhttp closes a connection whose answer is still streaming (a failed write, a reader stalled
+  // past the timeout, the worker's end): Python hears of it as of a client that left, so the
+  // producer ends. evhttp keeps the request for the answer's end when it detached it, and frees
+  // it with the connection otherwise.
+  void StreamLost(evhttp_connection* evcon, Head* head) {
+    Req* req = head->stream;
+    head->stream = nullptr;
+    MarkGone(req);
+    if (req->watch != nullptr) {
+      event_free(req->watch);
+      req->watch = nullptr;
+    }
+    if (req->evreq != nullptr && evhttp_request_get_connection(req->evreq) == evcon) req->evreq = nullptr;
+    hub_->Push(DISCONNECT, req);  // takes the stream's ref
+  }
+
   static void OnWake(evutil_socket_t, short, void* arg) {
     Worker* self = static_cast<Worker*>(arg);
     std::vector<Op> ops;
@@ -681,23 +752,18 @@ class Worker {
   void TryFinish() {
     bool busy = false;
     std::vector<evhttp_connection*> idle;
-    for (auto& entry : conns_) {
-      if (entry.second.pending > 0) {
-        busy = true;
+    for (auto& entry : heads_) {
+      Head* head = entry.second.get();
+      if (head->evcon == nullptr) continue;  // nothing came on it (evhttp_free closes it)
+      if (head->busy || evbuffer_get_length(bufferevent_get_output(head->bev)) > 0) {
+        busy = true;  // a request with Python, or an answer not sent yet
       } else {
-        idle.push_back(entry.first);
+        idle.push_back(head->evcon);
       }
     }
     // idle keep-alive connections: closed now (a request arriving on one races the close, as
-    // it does with any server that closes idle connections)
-    for (evhttp_connection* evcon : idle) {
-      if (!HasOutput(evcon)) {
-        conns_.erase(evcon);
-        evhttp_connection_free(evcon);
-      } else {
-        busy = true;
-      }
-    }
+    // it does with any server that closes idle connections); OnClose forgets their heads
+    for (evhttp_connection* evcon : idle) evhttp_connection_free(evcon);
     if (busy && std::chrono::steady_clock::now() < deadline_) {
       struct timeval tv = {0, 10000};
       evtimer_add(stop_timer_, &tv);
@@ -706,15 +772,21 @@ class Worker {
     event_base_loopbreak(base_);
   }
 
-  static bool HasOutput(evhttp_connection* evcon) {
-    bufferevent* bev = evhttp_connection_get_bufferevent(evcon);
-    return bev != nullptr && evbuffer_get_length(bufferevent_get_output(bev)) > 0;
-  }
-
   void Apply(Op& op) {
     evhttp_request* evreq = op.req->evreq;
-    if (evreq == nullptr) return;
+    int64_t written = op.kind == Op::WRITE ? static_cast<int64_t>(evbuffer_get_length(op.body)) : 0;
+    if (evreq == nullptr) {
+      op.req->queued -= written;
+      return;
+    }
     bool final = op.kind == Op::REPLY || op.kind == Op::END;
+    Head* head = op.req->started ? HeadOf(evhttp_request_get_connection(evreq)) : nullptr;  // (streams only)
+    if (head != nullptr && head->stream == op.req && final) {
+      EndStream(head, false);  // before evhttp ends the answer (it may free the connection at once)
+    } else if (head != nullptr && head->stream == nullptr && op.kind == Op::START) {
+      head->stream = op.req;  // from here its output counts (the head included)
+      op.req->Ref();
+    }
     if (op.kind == Op::REPLY || op.kind == Op::START) {
       evkeyvalq* out = evhttp_request_get_output_headers(evreq);
       for (auto& header : op.headers) evhttp_add_header(out, header.first.c_str(), header.second.c_str());
@@ -723,7 +795,6 @@ class Worker {
         evhttp_add_header(out, "Connection", "close");
       }
     }
-    bool detached = evhttp_request_get_connection(evreq) == nullptr;
     switch (op.kind) {
       case Op::REPLY: {
         // evhttp writes whatever body it is given: none for HEAD, 204 and 304 (RFC 9110)
@@ -736,13 +807,14 @@ class Worker {
         evhttp_send_reply_start(evreq, op.status, nullptr);
         break;
       case Op::WRITE:
-        if (evbuffer_get_length(op.body) > 0) evhttp_send_reply_chunk(evreq, op.body);
+        if (written > 0) evhttp_send_reply_chunk(evreq, op.body);
+        op.req->queued -= written;
+        Flow(op.req);
         break;
       case Op::END:
         evhttp_send_reply_end(evreq);
         break;
     }
-    (void)detached;
     if (final) {
       if (op.req->watch != nullptr) {
         event_free(op.req->watch);
@@ -771,7 +843,7 @@ class Worker {
   bool stop_accepting_ = false;
   bool finish_ = false;
   std::chrono::steady_clock::time_point deadline_;
-  std::unordered_map<evhttp_connection*, ConnState> conns_;  // worker thread only
+  std::unordered_set<Lingering*> lingering_;  // worker thread only
 };
 
 // ---- Python objects -----------------------------------------------------------------------------
@@ -888,12 +960,28 @@ PyObject* PyReq_write(PyReq* self, PyObject* arg) {
     return nullptr;
   }
   Op op{self->req, Op::WRITE};
-  op.body = BufferOf(body.buf, static_cast<size_t>(body.len));
+  int64_t size = static_cast<int64_t>(body.len);
+  op.body = BufferOf(body.buf, static_cast<size_t>(size));
   PyBuffer_Release(&body);
   if (op.body == nullptr) return PyErr_NoMemory();
+  self->req->queued += size;
   self->req->Ref();
   self->req->worker->Push(std::move(op));
-  Py_RETURN_NONE;
+  return PyLong_FromLongLong(self->req->Outstanding());
+}
+
+// wait_writable(low): True when more than `low` bytes are outstanding: a WRITABLE event follows
+// once no more than that are (drain() gives ("writable", id)); False when there is no need to
+// wait (that many or fewer are, or the client is gone: its DISCONNECT came or comes).
+PyObject* PyReq_wait_writable(PyReq* self, PyObject* arg) {
+  long long low = PyLong_AsLongLong(arg);
+  if (low == -1 && PyErr_Occurred()) return nullptr;
+  Req* req = self->req;
+  std::lock_guard<std::mutex> lock(req->flow_mu);
+  if (req->gone || req->Outstanding() <= low) Py_RETURN_FALSE;
+  req->want_writable = true;
+  req->writable_at = low;
+  Py_RETURN_TRUE;
 }
 
 PyObject* PyReq_end(PyReq* self, PyObject*) {
@@ -961,7 +1049,11 @@ PyMethodDef PyReq_methods[] = {
      "reply(status, headers, body, close=False): the whole response (headers: (bytes, bytes) pairs)."},
     {"start", reinterpret_cast<PyCFunction>(PyReq_start), METH_VARARGS,
      "start(status, headers, close=False): begin a streamed response."},
-    {"write", reinterpret_cast<PyCFunction>(PyReq_write), METH_O, "write(data): one piece of a streamed response."},
+    {"write", reinterpret_cast<PyCFunction>(PyReq_write), METH_O,
+     "write(data): one piece of a streamed response; returns the bytes written and not yet taken by the kernel."},
+    {"wait_writable", reinterpret_cast<PyCFunction>(PyReq_wait_writable), METH_O,
+     "wait_writable(low): True when more than low bytes are outstanding: drain() gives ('writable', id) once "
+     "no more than low are; False when there is no need to wait."},
     {"end", reinterpret_cast<PyCFunction>(PyReq_end), METH_NOARGS, "end(): finish a streamed response."},
     {"body", reinterpret_cast<PyCFunction>(PyReq_body), METH_NOARGS, "The request body (once)."},
     {"headers", reinterpret_cast<PyCFunction>(PyReq_headers), METH_NOARGS,
@@ -991,12 +1083,12 @@ struct PyServer {
 int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"fd", "max_body", "threads", "timeout", "declared_prefix", "declared_suffix",
                                    "too_large", "bad_request", nullptr};
-  int fd, threads = 1;
+  int fd, threads;
   long long max_body;
-  double timeout = 75.0;
-  const char *prefix = "", *suffix = "", *too_large = "", *bad_request = "";
-  Py_ssize_t prefix_len = 0, suffix_len = 0, too_large_len = 0, bad_request_len = 0;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iL|idy#y#y#y#", const_cast<char**>(keywords), &fd, &max_body,
+  double timeout;
+  const char *prefix, *suffix, *too_large, *bad_request;
+  Py_ssize_t prefix_len, suffix_len, too_large_len, bad_request_len;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLidy#y#y#y#", const_cast<char**>(keywords), &fd, &max_body,
                                    &threads, &timeout, &prefix, &prefix_len, &suffix, &suffix_len, &too_large,
                                    &too_large_len, &bad_request, &bad_request_len)) {
     return -1;
@@ -1043,9 +1135,11 @@ PyObject* PyServer_drain(PyServer* self, PyObject*) {
       wrapped->req = event.req;  // takes the queue's ref
       return reinterpret_cast<PyObject*>(wrapped);
     }
-    PyObject* id = PyLong_FromUnsignedLongLong(event.req->id);  // DISCONNECT: the request's id
+    PyObject* id = PyLong_FromUnsignedLongLong(event.req->id);
     event.req->Unref();
-    return id;
+    if (id == nullptr || event.kind == DISCONNECT) return id;  // DISCONNECT: the request's id
+    PyObject* writable = Py_BuildValue("(sN)", "writable", id);  // WRITABLE: ("writable", id)
+    return writable;
   };
   return frontend::DrainList(self->hub->queue, wrap, [](Event& event) { event.req->Unref(); });
 }
@@ -1088,8 +1182,9 @@ void PyServer_dealloc(PyServer* self) {
 }
 
 PyMethodDef PyServer_methods[] = {
-    {"drain", reinterpret_cast<PyCFunction>(PyServer_drain), METH_NOARGS, "Take every pending event: a list of Request (a new request) and int (the id of a request "
-     "whose client closed the connection before its answer ended)."},
+    {"drain", reinterpret_cast<PyCFunction>(PyServer_drain), METH_NOARGS,
+     "Take every pending event: a list of Request (a new request), int (the id of a request whose client closed "
+     "the connection before its answer ended) and ('writable', id) (a streamed answer that waited may go on)."},
     {"stop_accepting", reinterpret_cast<PyCFunction>(PyServer_stop_accepting), METH_NOARGS,
      "Stop accepting connections (the listening socket stays open until Python closes it)."},
     {"shutdown", reinterpret_cast<PyCFunction>(PyServer_shutdown), METH_VARARGS,
@@ -1128,11 +1223,11 @@ PyMODINIT_FUNC PyInit__httpnative(void) {
   PyServerType.tp_dealloc = reinterpret_cast<destructor>(PyServer_dealloc);
   PyServerType.tp_methods = PyServer_methods;
   PyServerType.tp_doc =
-      "Server(fd, max_body, threads=1, timeout=75.0, declared_prefix=b'', declared_suffix=b'', too_large=b'', "
-      "bad_request=b''): serve HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its "
-      "own). The bytes are the JSON bodies of the answers given without Python: 413 for a declared body over "
-      "max_body (prefix + its size + suffix), 413 for a chunked one, 400 for a malformed request (without "
-      "them, evhttp's own pages).";
+      "Server(fd, max_body, threads, timeout, declared_prefix, declared_suffix, too_large, bad_request): serve "
+      "HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its own) with `threads` "
+      "libevent threads, closing connections idle for `timeout` seconds. The bytes are the JSON bodies of the "
+      "answers given without Python: 413 for a declared body over max_body (prefix + its size + suffix), 413 "
+      "for a chunked one, 400 for a malformed request.";
 
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;

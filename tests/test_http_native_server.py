@@ -1,0 +1,309 @@
+"""The native HTTP front end's server (handlers/protocol/httpnative/server.py, NativeHttpServer)
+in this process, with small ASGI apps, under raw sockets: what the drain does with connections
+kept lingering after an error answer, and a streamed answer's back-pressure (a client that stops
+reading holds the producer back; one that leaves ends it). `toolkit serve` on it:
+tests/test_http_native.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from serving import read_response
+
+
+def _built() -> bool:
+    try:
+        from handlers.protocol.httpnative import server  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(
+    not _built() and os.environ.get("TOOLKIT_REQUIRE_TOOLS") != "1",
+    reason="the native HTTP front end is not built (scripts/http-native.sh)",
+)
+
+
+class Running:
+    """A NativeHttpServer serving `app` on its own event loop thread."""
+
+    def __init__(self, app: Any, graceful_seconds: float, keep_alive_seconds: float) -> None:
+        from handlers.protocol.httpnative.server import NativeHttpServer
+
+        self.server = NativeHttpServer(app, graceful_seconds=graceful_seconds, keep_alive_seconds=keep_alive_seconds)
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(128)
+        self.port = self.listener.getsockname()[1]
+        self.loop = asyncio.new_event_loop()
+        self.served = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.loop.run_until_complete(self.server.serve([self.listener]))
+        finally:
+            self.served.set()
+
+    def call(self, function: Any) -> None:
+        self.loop.call_soon_threadsafe(function)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """should_exit, as the runner sets it on SIGTERM; returns once serve() has drained."""
+        def exit_() -> None:
+            self.server.should_exit = True
+
+        self.call(exit_)
+        assert self.served.wait(timeout), "the drain did not finish"
+        self.thread.join(timeout)
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+
+@contextlib.contextmanager
+def running(app: Any, graceful_seconds: float = 5.0, keep_alive_seconds: float = 75.0) -> Iterator[Running]:
+    server = Running(app, graceful_seconds, keep_alive_seconds)
+    try:
+        yield server
+    finally:
+        if not server.served.is_set():
+            server.stop()
+        server.loop.close()
+
+
+async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"hello"})
+
+
+def _server_end(client: socket.socket) -> str | None:
+    """`socket:[inode]` of the server's end of `client`'s connection while this process holds it
+    open (the server runs in this process), else None."""
+    local, peer = client.getsockname()[1], client.getpeername()[1]
+    inodes = set()
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].split(":")[1], 16) == peer and int(fields[2].split(":")[1], 16) == local:
+            inodes.add(f"socket:[{fields[9]}]")
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(f"/proc/self/fd/{fd}")) in inodes:
+                return target
+    return None
+
+
+def test_a_drain_closes_the_connections_kept_lingering_after_an_error_answer():
+    """After evhttp's own answer (here 400 for a malformed request) the connection lingers: the
+    server keeps its end open, reading and dropping what the client still sends, for up to 10 s.
+    The drain closes it with the rest, and the server's threads finish."""
+    with running(hello) as server:
+        with server.connect() as sock:
+            buffer = bytearray()
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(sock, buffer)[2] == b"hello"
+            sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+            assert read_response(sock, buffer)[0] == 400
+            assert sock.recv(1) == b""  # the answer is complete (the server shut its side for writing)
+            sock.sendall(b"still sending")  # read and dropped: the connection lingers
+            with server.connect() as other:  # the server goes on meanwhile
+                other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_response(other, bytearray())[2] == b"hello"
+            assert _server_end(sock) is not None
+            server.stop()
+            assert _server_end(sock) is None  # closed by the drain, not left open after the worker ended
+
+
+class Producer:
+    """An app streaming `count` server-sent events of `size` bytes as fast as `send` lets it (as
+    generate_stream's EventStreamResponse does), counting what it produced, and stopping when its
+    client leaves (the next message of `receive` is http.disconnect)."""
+
+    def __init__(self, count: int, size: int) -> None:
+        self.count, self.size = count, size
+        self.produced = 0
+        self.disconnected = False
+        self.finished = threading.Event()
+
+    def event(self, index: int) -> bytes:
+        return b"data: %08d " % index + b"x" * (self.size - 17) + b"\n\n"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/events":
+            await hello(scope, receive, send)
+            return
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.disconnected = True
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream; charset=utf-8")]})
+            for index in range(self.count):
+                if self.disconnected:
+                    return
+                await send({"type": "http.response.body", "body": self.event(index), "more_body": True})
+                self.produced += 1
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            watcher.cancel()
+            self.finished.set()
+
+
+def _stream_client(server: Running) -> tuple[socket.socket, bytearray]:
+    """A client with a small receive buffer that asks for the stream and reads its head only."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", server.port))
+    sock.sendall(b"GET /events HTTP/1.1\r\nHost: x\r\n\r\n")
+    buffer = bytearray()
+    while b"\r\n\r\n" not in buffer:
+        buffer += sock.recv(4096)
+    assert bytes(buffer).startswith(b"HTTP/1.1 200"), buffer
+    return sock, buffer
+
+
+def _stalled(producer: Producer) -> int:
+    """What the producer has produced once it stopped (it waits for the client)."""
+    deadline = time.monotonic() + 20
+    last = -1
+    while producer.produced != last and time.monotonic() < deadline:
+        last = producer.produced
+        time.sleep(0.5)
+    return producer.produced
+
+
+def _events(stream: bytes) -> list[bytes]:
+    """The chunked body's pieces, in order (up to the last, empty chunk)."""
+    pieces, at = [], 0
+    while True:
+        end = stream.index(b"\r\n", at)
+        size = int(stream[at:end], 16)
+        if size == 0:
+            return pieces
+        pieces.append(stream[end + 2 : end + 2 + size])
+        at = end + 2 + size + 2
+
+
+def _socket_bound() -> int:
+    """What the sockets may hold between the server and a client that stopped reading: the
+    kernel's largest send buffer (tcp_wmem's maximum, autotuned), the client's small receive
+    buffer, and 1 MiB to spare."""
+    try:
+        wmem = int(open("/proc/sys/net/ipv4/tcp_wmem").read().split()[2])
+    except (OSError, IndexError, ValueError):
+        wmem = 4 << 20
+    return wmem + (1 << 20)
+
+
+SIZE = 16 * 1024
+BOUND = _socket_bound() + 64 * 1024  # + the flow's high mark in the server
+COUNT = max(32 << 20, 4 * BOUND) // SIZE  # what the producer would queue at once without the flow
+
+
+def test_a_client_that_stops_reading_holds_the_producer_back_and_the_stream_resumes():
+    """The producer stops where the flow's high mark and the sockets' buffers end (BOUND: some 5 MB
+    here, a quarter of what it would otherwise queue in the server at once); reading again lets the
+    stream go on to its end, every event in order."""
+    producer = Producer(COUNT, SIZE)
+    with running(producer) as server:
+        sock, buffer = _stream_client(server)
+        with sock:
+            stalled = _stalled(producer)
+            assert stalled * SIZE < BOUND, (stalled, BOUND)
+            assert not producer.finished.is_set()
+            head, _, body = bytes(buffer).partition(b"\r\n\r\n")
+            assert b"transfer-encoding: chunked" in head.lower()
+            stream = bytearray(body)
+            while not stream.endswith(b"\r\n0\r\n\r\n"):
+                data = sock.recv(1 << 20)
+                assert data, "the stream ended early"
+                stream += data
+        assert producer.finished.wait(10) and producer.produced == COUNT and not producer.disconnected
+        events = _events(bytes(stream))
+        assert events == [producer.event(i) for i in range(COUNT)]
+
+
+def test_a_client_that_leaves_while_the_producer_waits_ends_the_producer():
+    producer = Producer(COUNT, SIZE)
+    with running(producer) as server:
+        sock, _ = _stream_client(server)
+        stalled = _stalled(producer)
+        assert stalled < COUNT and not producer.finished.is_set()
+        sock.close()
+        assert producer.finished.wait(10), "the producer still waits for a client that left"
+        assert producer.disconnected and producer.produced < COUNT
+        with server.connect() as other:  # the server goes on
+            other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(other, bytearray())[0] == 200
+
+
+def test_a_reader_stalled_past_the_timeout_is_dropped_and_ends_the_producer():
+    """evhttp's timeout (the keep-alive one, here 1 s) also bounds a write that makes no progress:
+    it closes the connection, and the producer hears of it as of a client that left."""
+    producer = Producer(COUNT, SIZE)
+    with running(producer, keep_alive_seconds=1.0) as server:
+        sock, _ = _stream_client(server)
+        with sock:
+            assert producer.finished.wait(20), "the producer still waits for a connection that is gone"
+            assert producer.disconnected and producer.produced < COUNT
+        with server.connect() as other:
+            other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(other, bytearray())[0] == 200
+
+
+class Slow:
+    """An app whose /slow answer waits for `release` (set from the test's thread)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope.get("path") == "/slow":
+            self.started.set()
+            while not self.release.is_set():
+                await asyncio.sleep(0.01)
+        await hello(scope, receive, send)
+
+
+def test_a_drain_closes_idle_connections_at_once_and_lets_a_request_in_flight_finish():
+    app = Slow()
+    with running(app, graceful_seconds=30) as server:
+        idle, partial, busy = server.connect(), server.connect(), server.connect()
+        with idle, partial, busy:
+            idle.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_response(idle, bytearray())[2] == b"hello"  # kept alive, then idle
+            partial.sendall(b"GET / HTTP/1.1\r\nHost:")  # a head not finished
+            busy.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert app.started.wait(10)
+            stopping = threading.Thread(target=server.stop)
+            stopping.start()
+            idle.settimeout(10)
+            partial.settimeout(10)
+            assert idle.recv(1) == b"" and partial.recv(1) == b""  # closed while the request runs
+            assert not server.served.is_set()
+            app.release.set()
+            status, headers, body = read_response(busy, bytearray())
+            assert (status, body, headers["connection"]) == (200, b"hello", "close")
+            stopping.join(30)
+            assert server.served.is_set()
