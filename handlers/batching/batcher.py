@@ -222,14 +222,7 @@ class DynamicBatcher:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferOutcome] = loop.create_future()
-
-        def callback(outcome: InferOutcome) -> None:
-            try:
-                loop.call_soon_threadsafe(_settle, future, outcome)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
-        pending = self.submit(request, callback)
+        pending = self.submit(request, _LoopCallback(loop, future))
         try:
             outcome = await future
         except asyncio.CancelledError:
@@ -385,8 +378,7 @@ class DynamicBatcher:
         if self._order is not None:
             self._order.complete(finished)
         else:
-            for pending, outcome in finished:
-                self._deliver(pending, outcome)
+            self._deliver_all(finished)
 
     # -- outcomes -----------------------------------------------------------------------------------
 
@@ -405,6 +397,23 @@ class DynamicBatcher:
         if self._observer is not None:
             self._notify(self._observer.request_failed, None, pending.request, error, reason)
         self._deliver(pending, error)
+
+    def _deliver_all(self, finished: list[tuple[PendingRequest, InferOutcome]]) -> None:
+        """Deliver a batch's outcomes in order. Requests awaited on an event loop (`infer`) are
+        settled by one `call_soon_threadsafe` per loop and batch instead of one per request: one
+        wake-up of the loop and one callback there for the whole batch."""
+        settle: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[InferOutcome], InferOutcome]]] = {}
+        for pending, outcome in finished:
+            callback = pending.callback
+            if type(callback) is _LoopCallback:
+                settle.setdefault(callback.loop, []).append((callback.future, outcome))
+            else:
+                self._deliver(pending, outcome)
+        for loop, outcomes in settle.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, outcomes)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
 
     def _deliver(self, pending: PendingRequest, outcome: InferOutcome) -> None:
         try:
@@ -425,6 +434,30 @@ def _stopping(request: InferRequest) -> InferenceError:
     )
 
 
+class _LoopCallback:
+    """The callback of a request awaited on an event loop (`DynamicBatcher.infer`): settles its
+    future on that loop. The batcher recognises it to settle a batch's futures together
+    (`_deliver_all`); called alone (cancellation, a failure in the queue) it settles just its own."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[InferOutcome]) -> None:
+        self.loop = loop
+        self.future = future
+
+    def __call__(self, outcome: InferOutcome) -> None:
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
 def _settle(future: asyncio.Future[InferOutcome], outcome: InferOutcome) -> None:
     if not future.done():
         future.set_result(outcome)
+
+
+def _settle_all(outcomes: list[tuple[asyncio.Future[InferOutcome], InferOutcome]]) -> None:
+    for future, outcome in outcomes:
+        if not future.done():
+            future.set_result(outcome)
