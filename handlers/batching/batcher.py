@@ -108,6 +108,11 @@ class DynamicBatcher:
         self.policy = BatchingPolicy.from_model_config(config, no_queue_delay=no_queue_delay)
         self.instances: tuple[ModelInstance, ...] = tuple(instances)
         self._observer = observer
+        # An observer may take a batch's successes in one call (ModelStatistics does: one lock and
+        # one update of each metric per batch instead of per request).
+        self._batch_observer: Callable[[str, list[InferRequest]], None] | None = getattr(
+            observer, "requests_succeeded", None
+        )
         self._clock = clock
         self._queue = PriorityQueue(self.policy.levels())
         self._lock = threading.Lock()
@@ -373,8 +378,12 @@ class DynamicBatcher:
                         outcome,
                         FailureReason.BACKEND,
                     )
-                else:
+                elif self._batch_observer is None:
                     self._notify(observer.request_succeeded, instance.name, pending.request)
+            if self._batch_observer is not None:
+                succeeded = [p.request for p, outcome in finished if not isinstance(outcome, InferenceError)]
+                if succeeded:
+                    self._notify(self._batch_observer, instance.name, succeeded)
         if self._order is not None:
             self._order.complete(finished)
         else:
