@@ -38,6 +38,7 @@ import orjson
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type, from_numpy, numpy_dtype
 from ..errors import InferenceError, internal, invalid_argument, not_found
 from ..inference import InferRequest, InferResponse, RequestedOutput
+from ..model_io import ModelIO
 from .binary import (
     BytesContext,
     deserialize_bytes,
@@ -548,8 +549,10 @@ def encode_response(
     config: Mapping[str, Any],
     *,
     labels: Mapping[str, Sequence[str]] | None = None,
+    io: ModelIO | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    """The HTTP body and headers for `response` to `request`.
+    """The HTTP body and headers for `response` to `request` (`io`: the config's ModelIO when the
+    caller keeps one, else it is made here).
 
     Outputs: the ones the request asked for (all of them when it named none), in output-name
     order, which is the order of Triton's onnxruntime backend. An output is binary when its
@@ -558,8 +561,12 @@ def encode_response(
     replaces an output with its top-k "value:index[:label]" strings (Triton's classification
     extension; `labels` maps output names to their label file lines).
     """
-    datatypes = {output["name"]: from_config_type(output["data_type"]) for output in config.get("output", ())}
-    batched = int(config.get("max_batch_size", 0)) > 0
+    if io is None:
+        io = ModelIO(config)
+    datatypes = io.output_datatypes
+    if None in datatypes.values():  # a config output without data_type: fails as it always did
+        datatypes = {output["name"]: from_config_type(output["data_type"]) for output in config.get("output", ())}
+    batched = io.batched
     if request.requested_outputs is None:
         default_binary = request.parameters.get("binary_data_output") is True
         selection = {name: (default_binary, 0) for name in response.outputs}
