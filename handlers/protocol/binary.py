@@ -24,7 +24,6 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -90,9 +89,9 @@ def split_body(body: bytes | bytearray | memoryview, header_length: int | None) 
     return Framing(header=view[:header_length], payload=view[header_length:])
 
 
-@dataclass(frozen=True, slots=True)
-class BytesContext:
-    """Names used in BYTES error messages (Triton's wording names input and model)."""
+class BytesContext(NamedTuple):
+    """Names used in BYTES and size error messages (Triton's wording names input and model); a
+    NamedTuple, as it is made for every input of a gRPC request."""
 
     input_name: str
     model_name: str
