@@ -20,7 +20,9 @@ when built), `toolkit-native` or `toolkit-grpcio` (`toolkit serve` with TOOLKIT_
 to that front end), `toolkit-granian` (`toolkit serve` with granian in place of uvicorn:
 bench/granian_serve.py, one process), or `triton` (scripts/tools/tritonserver, its
 python backend running ONNX Runtime, as bench/servers.py); SERVER may end in `@NAME=VALUE`s,
-environment variables for that variant's server; INSTANCES the instance_group count;
+environment variables for that variant's server (`@source=DIR`: run `toolkit serve` from that
+checkout instead of this one, e.g. a `git worktree` of the commit before a change, so before and
+after are variants of one interleaved run); INSTANCES the instance_group count;
 BATCHING 1 for `dynamic_batching { }`, 0 for none. The load is perf_analyzer 2.51: `-b 2` at
 concurrency 16 (`--concurrency`). Over gRPC, perf_analyzer's concurrent clients share a channel
 (one HTTP/2 connection) by default, and SO_REUSEPORT spreads connections, not requests: all of it
@@ -143,6 +145,7 @@ class Variant:
         server, *variables = self.server.split("@")
         env = dict(os.environ)
         env.update(variable.split("=", 1) for variable in variables)
+        source = Path(env.pop("source", ROOT))
         if server == "triton":
             command = [str(TRITONSERVER), "serve", str(repo), "--http-port", str(self.http_port), "--grpc-port",
                        str(self.grpc_port), "--metrics-port", "0", "--ort-threads", "1"]
@@ -159,7 +162,7 @@ class Variant:
             env["TOOLKIT_GRPC_FRONTEND"] = server.removeprefix("toolkit-")
         log = logs / f"{self.name.replace(' ', '_').replace('/', '_')}.log"
         with open(log, "w") as handle:
-            self.process = subprocess.Popen(command, cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+            self.process = subprocess.Popen(command, cwd=source, stdout=handle, stderr=subprocess.STDOUT,
                                             start_new_session=True, env=env)
         deadline = time.monotonic() + 900
         while not all(self._get("/v2/health/ready")[0] == 200 for _ in range(8)):  # every worker answers

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from .inference import InferOutcome, InferRequest, InferResponse
 from .instance_group import instance_slots
 from .manifest import Manifest, ModelSpec
 from .metrics import ModelMetrics
+from .model_io import ModelIO
 from .statistics import ModelStatistics
 from .streaming import ResponseSink, ResponseStream
 from .warmup import warm_up, warmup_samples
@@ -80,6 +82,11 @@ class LoadedModel:
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @functools.cached_property
+    def io(self) -> ModelIO:
+        """The config's inputs and outputs as validating and encoding read them (made once)."""
+        return ModelIO(self.spec.config)
 
     @property
     def ready(self) -> bool:
@@ -330,6 +337,10 @@ class ModelRepository:
         if by_version is None:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version in (None, ""):
+            if len(by_version) == 1:  # the usual case: one version, the latest if it is ready
+                (model,) = by_version.values()
+                if model.ready:
+                    return model
             ready = self.ready_versions(name)
             if not ready:
                 raise unavailable(f"Request for unknown model: '{name}' has no available versions")

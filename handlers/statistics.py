@@ -38,6 +38,11 @@ class _Duration:
         self.count += count
         self.ns += max(0, ns)
 
+    def add_sum(self, ns: int, count: int) -> None:
+        """`count` durations at once, `ns` their sum (each already at least 0)."""
+        self.count += count
+        self.ns += ns
+
     def as_dict(self) -> dict[str, int]:
         return {"count": self.count, "ns": self.ns}
 
@@ -117,6 +122,39 @@ class ModelStatistics:
             metrics.compute_input_duration_us.inc(max(0, input_ns) / 1000)
             metrics.compute_infer_duration_us.inc(max(0, infer_ns) / 1000)
             metrics.compute_output_duration_us.inc(max(0, output_ns) / 1000)
+
+    def requests_succeeded(self, instance: str, requests: Sequence[InferRequest]) -> None:
+        """`request_succeeded` for each request of an executed batch, the counters taken once (the
+        batcher calls this instead of one call per request when the observer has it)."""
+        count = success_ns = queue_ns = input_ns = infer_ns = output_ns = 0
+        for request in requests:
+            start = request.compute_start_ns
+            input_end = request.compute_input_end_ns
+            infer_end = request.compute_infer_end_ns
+            end = request.compute_end_ns
+            count += request.batch_size if request.batch_size > 1 else 1
+            success_ns += max(0, end - request.received_ns)
+            queue_ns += max(0, start - request.queue_start_ns)
+            input_ns += max(0, input_end - start)
+            infer_ns += max(0, infer_end - input_end)
+            output_ns += max(0, end - infer_end)
+        n = len(requests)
+        with self._lock:
+            self.inference_count += count
+            self.success.add_sum(success_ns, n)
+            self.queue.add_sum(queue_ns, n)
+            self.compute_input.add_sum(input_ns, n)
+            self.compute_infer.add_sum(infer_ns, n)
+            self.compute_output.add_sum(output_ns, n)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.success.inc(n)
+            metrics.inference_count.inc(count)
+            metrics.request_duration_us.inc(success_ns / 1000)
+            metrics.queue_duration_us.inc(queue_ns / 1000)
+            metrics.compute_input_duration_us.inc(input_ns / 1000)
+            metrics.compute_infer_duration_us.inc(infer_ns / 1000)
+            metrics.compute_output_duration_us.inc(output_ns / 1000)
 
     def request_failed(
         self, instance: str | None, request: InferRequest, error: InferenceError, reason: FailureReason

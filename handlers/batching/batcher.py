@@ -108,6 +108,11 @@ class DynamicBatcher:
         self.policy = BatchingPolicy.from_model_config(config, no_queue_delay=no_queue_delay)
         self.instances: tuple[ModelInstance, ...] = tuple(instances)
         self._observer = observer
+        # An observer may take a batch's successes in one call (ModelStatistics does: one lock and
+        # one update of each metric per batch instead of per request).
+        self._batch_observer: Callable[[str, list[InferRequest]], None] | None = getattr(
+            observer, "requests_succeeded", None
+        )
         self._clock = clock
         self._queue = PriorityQueue(self.policy.levels())
         self._lock = threading.Lock()
@@ -222,14 +227,7 @@ class DynamicBatcher:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferOutcome] = loop.create_future()
-
-        def callback(outcome: InferOutcome) -> None:
-            try:
-                loop.call_soon_threadsafe(_settle, future, outcome)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
-
-        pending = self.submit(request, callback)
+        pending = self.submit(request, _LoopCallback(loop, future))
         try:
             outcome = await future
         except asyncio.CancelledError:
@@ -380,13 +378,16 @@ class DynamicBatcher:
                         outcome,
                         FailureReason.BACKEND,
                     )
-                else:
+                elif self._batch_observer is None:
                     self._notify(observer.request_succeeded, instance.name, pending.request)
+            if self._batch_observer is not None:
+                succeeded = [p.request for p, outcome in finished if not isinstance(outcome, InferenceError)]
+                if succeeded:
+                    self._notify(self._batch_observer, instance.name, succeeded)
         if self._order is not None:
             self._order.complete(finished)
         else:
-            for pending, outcome in finished:
-                self._deliver(pending, outcome)
+            self._deliver_all(finished)
 
     # -- outcomes -----------------------------------------------------------------------------------
 
@@ -405,6 +406,23 @@ class DynamicBatcher:
         if self._observer is not None:
             self._notify(self._observer.request_failed, None, pending.request, error, reason)
         self._deliver(pending, error)
+
+    def _deliver_all(self, finished: list[tuple[PendingRequest, InferOutcome]]) -> None:
+        """Deliver a batch's outcomes in order. Requests awaited on an event loop (`infer`) are
+        settled by one `call_soon_threadsafe` per loop and batch instead of one per request: one
+        wake-up of the loop and one callback there for the whole batch."""
+        settle: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[InferOutcome], InferOutcome]]] = {}
+        for pending, outcome in finished:
+            callback = pending.callback
+            if type(callback) is _LoopCallback:
+                settle.setdefault(callback.loop, []).append((callback.future, outcome))
+            else:
+                self._deliver(pending, outcome)
+        for loop, outcomes in settle.items():
+            try:
+                loop.call_soon_threadsafe(_settle_all, outcomes)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
 
     def _deliver(self, pending: PendingRequest, outcome: InferOutcome) -> None:
         try:
@@ -425,6 +443,30 @@ def _stopping(request: InferRequest) -> InferenceError:
     )
 
 
+class _LoopCallback:
+    """The callback of a request awaited on an event loop (`DynamicBatcher.infer`): settles its
+    future on that loop. The batcher recognises it to settle a batch's futures together
+    (`_deliver_all`); called alone (cancellation, a failure in the queue) it settles just its own."""
+
+    __slots__ = ("future", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[InferOutcome]) -> None:
+        self.loop = loop
+        self.future = future
+
+    def __call__(self, outcome: InferOutcome) -> None:
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
 def _settle(future: asyncio.Future[InferOutcome], outcome: InferOutcome) -> None:
     if not future.done():
         future.set_result(outcome)
+
+
+def _settle_all(outcomes: list[tuple[asyncio.Future[InferOutcome], InferOutcome]]) -> None:
+    for future, outcome in outcomes:
+        if not future.done():
+            future.set_result(outcome)

@@ -13,6 +13,7 @@ batch of their own, and `merge_inputs` refuses more than one.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from itertools import accumulate
 
 import numpy as np
 
@@ -107,7 +108,7 @@ def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> li
     if len(sizes) == 1:
         return [dict(outputs)]
     total = sum(sizes)
-    bounds = np.cumsum([0, *sizes]).tolist()
+    bounds = [0, *accumulate(sizes)]  # Python ints: np.cumsum cost more than the whole split
     for name, array in outputs.items():
         if array.ndim == 0 or array.shape[0] != total:
             shape = list(array.shape)

@@ -38,6 +38,7 @@ import orjson
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type, from_numpy, numpy_dtype
 from ..errors import InferenceError, internal, invalid_argument, not_found
 from ..inference import InferRequest, InferResponse, RequestedOutput
+from ..model_io import ModelIO
 from .binary import (
     BytesContext,
     deserialize_bytes,
@@ -120,6 +121,10 @@ def array_from_buffer(buffer: memoryview | bytes, datatype: str, shape: Sequence
     numpy's own copy of unaligned data goes element by element and is ~10x slower). Either way
     the array may be read-only."""
     dtype = _storage_dtype(datatype)
+    if len(buffer) == _prod(shape) * dtype.itemsize:  # (the callers' check) one numpy call, not two
+        array = np.ndarray(shape, dtype, buffer)
+        if array.flags.aligned:
+            return array
     array = np.frombuffer(buffer, dtype=dtype)
     if not array.flags.aligned:
         array = np.frombuffer(bytes(buffer), dtype=dtype)
@@ -362,8 +367,9 @@ class _InputDecoder:
 def check_representable(name: str, datatype: str, shape: list[int]) -> None:
     """numpy (like Triton's int64 shapes) cannot hold a dimension of 2**63 or more, nor a shape
     whose non-zero dimensions multiply past the address space, even for zero elements."""
-    extent = _prod([d for d in shape if d]) * numpy_dtype(datatype).itemsize
-    if extent > _INTP_MAX or any(d > _INTP_MAX for d in shape):
+    # (a dimension past the limit is non-zero, so it is in the product and puts the extent past it)
+    extent = _prod(filter(None, shape)) * numpy_dtype(datatype).itemsize
+    if extent > _INTP_MAX:
         raise invalid_argument(
             f"Unable to parse 'shape': input '{name}' has shape {shape}, which is too large"
         )
@@ -371,14 +377,13 @@ def check_representable(name: str, datatype: str, shape: list[int]) -> None:
 
 def _check_content_kind(tensor: dict, parameters: dict) -> None:
     """Exactly one of data / binary_data_size / shared_memory_region (Triton's message)."""
+    found = ("data" in tensor, "binary_data_size" in parameters, "shared_memory_region" in parameters)
+    if found.count(True) == 1:
+        return
     present = [
         label
-        for label, found in (
-            ("'data'", "data" in tensor),
-            ("'binary_data_size'", "binary_data_size" in parameters),
-            ("'shared_memory_region'", "shared_memory_region" in parameters),
-        )
-        if found
+        for label, there in zip(("'data'", "'binary_data_size'", "'shared_memory_region'"), found)
+        if there
     ]
     if len(present) != 1:
         detail = " no field is set" if not present else " set " + " ".join(present)
@@ -548,8 +553,10 @@ def encode_response(
     config: Mapping[str, Any],
     *,
     labels: Mapping[str, Sequence[str]] | None = None,
+    io: ModelIO | None = None,
 ) -> tuple[bytes, dict[str, str]]:
-    """The HTTP body and headers for `response` to `request`.
+    """The HTTP body and headers for `response` to `request` (`io`: the config's ModelIO when the
+    caller keeps one, else it is made here).
 
     Outputs: the ones the request asked for (all of them when it named none), in output-name
     order, which is the order of Triton's onnxruntime backend. An output is binary when its
@@ -558,8 +565,12 @@ def encode_response(
     replaces an output with its top-k "value:index[:label]" strings (Triton's classification
     extension; `labels` maps output names to their label file lines).
     """
-    datatypes = {output["name"]: from_config_type(output["data_type"]) for output in config.get("output", ())}
-    batched = int(config.get("max_batch_size", 0)) > 0
+    if io is None:
+        io = ModelIO(config)
+    datatypes = io.output_datatypes
+    if None in datatypes.values():  # a config output without data_type: fails as it always did
+        datatypes = {output["name"]: from_config_type(output["data_type"]) for output in config.get("output", ())}
+    batched = io.batched
     if request.requested_outputs is None:
         default_binary = request.parameters.get("binary_data_output") is True
         selection = {name: (default_binary, 0) for name in response.outputs}

@@ -486,7 +486,7 @@ def _infer_request(model: LoadedModel, headers: InferHeaders, raw: bytes) -> Inf
     body = decompress(raw, headers.content_encoding, bounds.max_request_bytes)
     infer_request = decode_request(body, headers.header_length, model_name=model.name, model_version=model.version)
     bounds.check_request(infer_request)
-    validate_request(model.spec.config, infer_request)
+    validate_request(model.spec.config, infer_request, model.io)
     return infer_request
 
 
@@ -521,7 +521,8 @@ async def run_infer(
         raw = await limits.read_limited(chunks, limits.LIMITS)
         infer_request = _infer_request(model, headers, raw)
         response = await model.infer(infer_request)
-        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
+        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels,
+                                                 io=model.io)
     except InferenceError as error:
         return _failed_reply(model_name, error)
     return _ok_reply(payload, reply_headers, headers)
@@ -542,7 +543,8 @@ def run_infer_sync(
         limits.check_body(body, limits.LIMITS)
         infer_request = _infer_request(model, headers, body)
         response = model.infer_sync(infer_request)
-        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels)
+        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels,
+                                                 io=model.io)
     except InferenceError as error:
         return _failed_reply(model_name, error)
     return _ok_reply(payload, reply_headers, headers)

@@ -28,6 +28,7 @@ import numpy as np
 from ..datatypes import from_config_type, numpy_dtype
 from ..errors import internal, invalid_argument
 from ..inference import InferRequest
+from ..model_io import ModelIO
 from .codec import array_from_buffer, is_raw_input, log_prefix, tensor_datatype
 
 __all__ = ["validate_request"]
@@ -43,27 +44,35 @@ _BATCH_NOTE = (
 )
 
 
-def validate_request(config: Mapping[str, Any], request: InferRequest) -> None:
-    """Check `request` against `config` and prepare it for the batcher (see the module doc)."""
+def validate_request(config: Mapping[str, Any], request: InferRequest, io: ModelIO | None = None) -> None:
+    """Check `request` against `config` and prepare it for the batcher (see the module doc).
+    `io`: the config's ModelIO when the caller keeps one (a loaded model's), else it is made here."""
+    if io is None:
+        io = ModelIO(config)
     model = request.model_name
     prefix = log_prefix(request.id)
-    inputs: dict[str, Mapping[str, Any]] = {io["name"]: io for io in config.get("input", ())}
-    outputs: dict[str, Mapping[str, Any]] = {io["name"]: io for io in config.get("output", ())}
-    max_batch_size = int(config.get("max_batch_size", 0))
+    inputs = io.inputs
+    max_batch_size = io.max_batch_size
 
-    if any(is_raw_input(array) for array in request.inputs.values()):
-        _resolve_raw_input(request, inputs, max_batch_size, model, prefix)
+    for array in request.inputs.values():
+        if is_raw_input(array):
+            _resolve_raw_input(request, inputs, max_batch_size, model, prefix)
+            break
 
-    for output in request.requested_outputs or ():
-        if output.name not in outputs:
-            raise invalid_argument(f"unexpected inference output '{output.name}' for model '{model}'")
-        datatype = from_config_type(outputs[output.name]["data_type"])
-        if output.classification > 0 and datatype not in _CLASSIFIABLE:
-            raise invalid_argument(
-                f"class result not available for output due to unsupported type '{datatype}'"
-            )
+    if request.requested_outputs:
+        outputs = io.outputs
+        for output in request.requested_outputs:
+            if output.name not in outputs:
+                raise invalid_argument(f"unexpected inference output '{output.name}' for model '{model}'")
+            datatype = io.output_datatypes[output.name]
+            if datatype is None:
+                datatype = from_config_type(outputs[output.name]["data_type"])  # KeyError, as unprepared
+            if output.classification > 0 and datatype not in _CLASSIFIABLE:
+                raise invalid_argument(
+                    f"class result not available for output due to unsupported type '{datatype}'"
+                )
 
-    required = [name for name, io in inputs.items() if not io.get("optional", False)]
+    required = io.required
     if len(request.inputs) > len(inputs) or len(request.inputs) < len(required):
         raise _count_error(request, inputs, required, model, prefix)
     for name in request.inputs:
@@ -73,10 +82,11 @@ def validate_request(config: Mapping[str, Any], request: InferRequest) -> None:
         # Triton 2.51 lets this through to the backend (the count is in range); refused here.
         raise _count_error(request, inputs, required, model, prefix)
 
-    batched = max_batch_size > 0
+    batched = io.batched
+    shape_tensors = io.shape_tensors
     first_batch: int | None = None
     for name, array in request.inputs.items():
-        if not batched or inputs[name].get("is_shape_tensor", False):
+        if not batched or name in shape_tensors:
             continue
         if array.ndim == 0:
             raise invalid_argument(
@@ -95,36 +105,34 @@ def validate_request(config: Mapping[str, Any], request: InferRequest) -> None:
         raise invalid_argument(
             f"{prefix}inference request batch-size must be <= {max_batch_size} for '{model}'"
         )
-    if (
-        batched
-        and batch_size == 0
-        and any(not inputs[name].get("is_shape_tensor", False) for name in request.inputs)
-    ):
+    if batched and batch_size == 0 and any(name not in shape_tensors for name in request.inputs):
         raise invalid_argument(
             f"{prefix}inference request batch-size must be >= 1 for '{model}', got a batch dimension of 0"
         )
 
     for name, array in list(request.inputs.items()):
-        io = inputs[name]
-        expected = from_config_type(io["data_type"])
+        config_io = inputs[name]
+        expected = io.input_datatypes[name]
+        if expected is None:
+            expected = from_config_type(config_io["data_type"])  # KeyError, as unprepared
         actual = tensor_datatype(array)
         if actual != expected:
             raise invalid_argument(
                 f"{prefix}inference input '{name}' data-type is '{actual}', but model '{model}' "
                 f"expects '{expected}'"
             )
-        shape_tensor = bool(io.get("is_shape_tensor", False))
-        has_batch = batched and not shape_tensor
-        shape = list(array.shape)
-        dims = [int(d) for d in io.get("dims", ())]
+        has_batch = batched and name not in shape_tensors
+        shape = array.shape
+        dims = io.input_dims[name]
         if not _matches(shape[1:] if has_batch else shape, dims):
-            full = ([-1] if batched else []) + dims
+            full = ([-1] if batched else []) + list(dims)
             raise invalid_argument(
                 f"{prefix}unexpected shape for input '{name}' for model '{model}'. Expected {_dims(full)}, "
                 f"got {_dims(shape)}. {_BATCH_NOTE if batched else ''}"
             )
-        if "reshape" in io:
-            request.inputs[name] = _reshape(array, shape, dims, io["reshape"], has_batch, name, model)
+        if "reshape" in config_io:
+            request.inputs[name] = _reshape(array, list(shape), list(dims), config_io["reshape"], has_batch, name,
+                                            model)
 
     request.batch_size = batch_size if batched else 1
 
@@ -159,7 +167,12 @@ def _dims(dims: Sequence[int]) -> str:
 
 
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
-    return len(shape) == len(dims) and all(d == -1 or d == s for s, d in zip(shape, dims, strict=True))
+    if len(shape) != len(dims):
+        return False
+    for s, d in zip(shape, dims):
+        if d != -1 and d != s:
+            return False
+    return True
 
 
 def _reshape(

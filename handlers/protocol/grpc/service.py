@@ -292,7 +292,7 @@ class InferenceService:
             message, config, model_name=model.name, model_version=model.version
         )
         limits.LIMITS.check_request(request)
-        validate_request(config, request)
+        validate_request(config, request, model.io)
         return model, request, empty_final
 
     async def _infer(self, message: Any) -> tuple[Any, bool]:
@@ -304,7 +304,7 @@ class InferenceService:
     async def _reply(self, model: LoadedModel, request: InferRequest) -> Any:
         response = await model.infer(request)
         reply = self.pb.ModelInferResponse()
-        encode_infer_response(response, request, model.spec.config, reply, labels=model.labels)
+        encode_infer_response(response, request, model.spec.config, reply, labels=model.labels, io=model.io)
         return reply
 
     async def ModelInfer(self, request: Any) -> Any:  # noqa: N802

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...datatypes import PROTOCOL_DATATYPES, from_config_type, numpy_dtype
+from ...model_io import ModelIO
 from ...errors import invalid_argument, not_found
 from ...inference import InferRequest, InferResponse, RequestedOutput
 from ..binary import BytesContext, deserialize_bytes, string_count_error
@@ -318,11 +319,17 @@ def encode_infer_response(
     message: Any,
     *,
     labels: Mapping[str, Sequence[str]] | None = None,
+    io: ModelIO | None = None,
 ) -> Any:
     """Fill `message` (a `ModelInferResponse`) with `response`: the requested outputs (every
-    output when none was named), in output-name order, data in `raw_output_contents`."""
-    datatypes = {o["name"]: from_config_type(o["data_type"]) for o in config.get("output", ())}
-    batched = int(config.get("max_batch_size", 0)) > 0
+    output when none was named), in output-name order, data in `raw_output_contents` (`io`: the
+    config's ModelIO when the caller keeps one, else it is made here)."""
+    if io is None:
+        io = ModelIO(config)
+    datatypes = io.output_datatypes
+    if None in datatypes.values():  # a config output without data_type: fails as it always did
+        datatypes = {o["name"]: from_config_type(o["data_type"]) for o in config.get("output", ())}
+    batched = io.batched
     if request.requested_outputs is None:
         selection = {name: 0 for name in response.outputs}
     else:
