@@ -100,32 +100,14 @@ class ModelStatistics:
 
     def request_succeeded(self, instance: str, request: InferRequest, end_ns: int | None = None) -> None:
         """`end_ns` (default: the end of the request's computation) closes its request duration."""
-        queue_ns = request.compute_start_ns - request.queue_start_ns
-        input_ns = request.compute_input_end_ns - request.compute_start_ns
-        infer_ns = request.compute_infer_end_ns - request.compute_input_end_ns
-        output_ns = request.compute_end_ns - request.compute_infer_end_ns
-        total_ns = (end_ns or request.compute_end_ns) - request.received_ns
-        batch_size = max(1, request.batch_size)
-        with self._lock:
-            self.inference_count += batch_size
-            self.success.add(total_ns)
-            self.queue.add(queue_ns)
-            self.compute_input.add(input_ns)
-            self.compute_infer.add(infer_ns)
-            self.compute_output.add(output_ns)
-        metrics = self.metrics
-        if metrics is not None:
-            metrics.success.inc()
-            metrics.inference_count.inc(batch_size)
-            metrics.request_duration_us.inc(max(0, total_ns) / 1000)
-            metrics.queue_duration_us.inc(max(0, queue_ns) / 1000)
-            metrics.compute_input_duration_us.inc(max(0, input_ns) / 1000)
-            metrics.compute_infer_duration_us.inc(max(0, infer_ns) / 1000)
-            metrics.compute_output_duration_us.inc(max(0, output_ns) / 1000)
+        self.requests_succeeded(instance, (request,), end_ns)
 
-    def requests_succeeded(self, instance: str, requests: Sequence[InferRequest]) -> None:
+    def requests_succeeded(
+        self, instance: str, requests: Sequence[InferRequest], end_ns: int | None = None
+    ) -> None:
         """`request_succeeded` for each request of an executed batch, the counters taken once (the
-        batcher calls this instead of one call per request when the observer has it)."""
+        batcher calls this instead of one call per request when the observer has it); `end_ns`
+        (default: each request's end of computation) closes the request durations."""
         count = success_ns = queue_ns = input_ns = infer_ns = output_ns = 0
         for request in requests:
             start = request.compute_start_ns
@@ -133,7 +115,7 @@ class ModelStatistics:
             infer_end = request.compute_infer_end_ns
             end = request.compute_end_ns
             count += request.batch_size if request.batch_size > 1 else 1
-            success_ns += max(0, end - request.received_ns)
+            success_ns += max(0, (end_ns or end) - request.received_ns)
             queue_ns += max(0, start - request.queue_start_ns)
             input_ns += max(0, input_end - start)
             infer_ns += max(0, infer_end - input_end)
