@@ -46,3 +46,10 @@ class ModelIO:
         self.output_datatypes = {
             name: from_config_type(io["data_type"]) if "data_type" in io else None for name, io in self.outputs.items()
         }
+
+    def output_types(self) -> dict[str, str]:
+        """The outputs' protocol datatypes by name, for encoding a response; a config output
+        without data_type raises KeyError('data_type'), as reading it from the config would."""
+        if None in self.output_datatypes.values():
+            raise KeyError("data_type")
+        return self.output_datatypes  # type: ignore[return-value]

@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLKIT = [sys.executable, "-m", "toolkit.cli"]
 
@@ -21,6 +23,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _native_http_built() -> bool:
+    try:
+        from handlers.protocol.httpnative import server  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# The native HTTP front end's tests skip where it is not built, except in CI (TOOLKIT_REQUIRE_TOOLS=1).
+NEEDS_NATIVE_HTTP = pytest.mark.skipif(
+    not _native_http_built() and os.environ.get("TOOLKIT_REQUIRE_TOOLS") != "1",
+    reason="the native HTTP front end is not built (scripts/http-native.sh)",
+)
 
 
 def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, dict[str, str], bytes]:

@@ -17,24 +17,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from serving import ROOT, TOOLKIT, free_port, read_response, serve
+from serving import NEEDS_NATIVE_HTTP, ROOT, TOOLKIT, free_port, read_response, serve
 
 REPO = ROOT / "samples" / "quickstart"
 NATIVE = {"TOOLKIT_HTTP_FRONTEND": "native"}
 
 
-def _built() -> bool:
-    try:
-        from handlers.protocol.httpnative import server  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(
-    not _built() and os.environ.get("TOOLKIT_REQUIRE_TOOLS") != "1",
-    reason="the native HTTP front end is not built (scripts/http-native.sh)",
-)
+pytestmark = NEEDS_NATIVE_HTTP
 
 BODY = json.dumps({"inputs": [
     {"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": list(range(16))},

@@ -15,23 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
+from serving import NEEDS_NATIVE_HTTP, read_response
 
-from serving import read_response
-
-
-def _built() -> bool:
-    try:
-        from handlers.protocol.httpnative import server  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(
-    not _built() and os.environ.get("TOOLKIT_REQUIRE_TOOLS") != "1",
-    reason="the native HTTP front end is not built (scripts/http-native.sh)",
-)
+pytestmark = NEEDS_NATIVE_HTTP
 
 
 class Running:

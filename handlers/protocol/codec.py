@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..datatypes import PROTOCOL_DATATYPES, from_config_type, from_numpy, numpy_dtype
+from ..datatypes import PROTOCOL_DATATYPES, from_numpy, numpy_dtype
 from ..errors import InferenceError, internal, invalid_argument, not_found
 from ..inference import InferRequest, InferResponse, RequestedOutput
 from ..model_io import ModelIO
@@ -567,9 +567,7 @@ def encode_response(
     """
     if io is None:
         io = ModelIO(config)
-    datatypes = io.output_datatypes
-    if None in datatypes.values():  # a config output without data_type: fails as it always did
-        datatypes = {output["name"]: from_config_type(output["data_type"]) for output in config.get("output", ())}
+    datatypes = io.output_types()
     batched = io.batched
     if request.requested_outputs is None:
         default_binary = request.parameters.get("binary_data_output") is True

@@ -326,9 +326,7 @@ def encode_infer_response(
     config's ModelIO when the caller keeps one, else it is made here)."""
     if io is None:
         io = ModelIO(config)
-    datatypes = io.output_datatypes
-    if None in datatypes.values():  # a config output without data_type: fails as it always did
-        datatypes = {o["name"]: from_config_type(o["data_type"]) for o in config.get("output", ())}
+    datatypes = io.output_types()
     batched = io.batched
     if request.requested_outputs is None:
         selection = {name: 0 for name in response.outputs}
