@@ -1,6 +1,7 @@
 """The two servers the benchmark compares, started as real processes on free ports.
 
-- `toolkit`: `toolkit serve REPO --device cpu` (this repository's runtime, uvicorn);
+- `toolkit`: `toolkit serve REPO --device cpu` (this repository's runtime; its HTTP and gRPC front
+  ends are the native ones where built, as `toolkit serve` chooses);
 - `triton`: `scripts/tools/tritonserver serve REPO`, the real tritonserver 2.51 (the project's
   pinned tool, docs/tools.md) whose ONNX models run as python-backend models with ONNX Runtime on
   CPU, one session per instance, with the session options of the config's `parameters` (the same
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -140,11 +142,13 @@ class Frontend:
     protocol: str  # perf_analyzer -i: http or grpc
     http: str = "uvicorn"  # TOOLKIT_HTTP_FRONTEND (for grpc: the HTTP port only answers readiness)
     grpc: str | None = None  # TOOLKIT_GRPC_FRONTEND; None: the gRPC port is off
+    extra: tuple[tuple[str, str], ...] = ()  # more environment for this arm (--frontends NAME+VAR=VALUE)
 
     def env(self) -> dict[str, str]:
         env = {"TOOLKIT_HTTP_FRONTEND": self.http}
         if self.grpc is not None:
             env["TOOLKIT_GRPC_FRONTEND"] = self.grpc
+        env.update(self.extra)
         return env
 
     def as_dict(self) -> dict:
@@ -169,12 +173,24 @@ def add_frontend_argument(parser: Any) -> None:
 
 
 def frontends(spec: str) -> list[Frontend]:
-    """The front ends of a --frontends value; SystemExit naming an unknown or unbuilt one."""
+    """The front ends of a --frontends value; SystemExit naming an unknown or unbuilt one. An item
+    may add environment for its server: `http-native+TOOLKIT_X=1+TOOLKIT_Y=2` is the native HTTP
+    front end with those variables (named so in the results), so that arms differing only in a
+    setting are measured interleaved in one run."""
     chosen = []
-    for name in (n.strip() for n in spec.split(",") if n.strip()):
+    for item in (n.strip() for n in spec.split(",") if n.strip()):
+        name, *settings = item.split("+")
         if name not in FRONTENDS:
             raise SystemExit(f"--frontends: unknown {name!r} (choose from {', '.join(FRONTENDS)})")
+        extra = []
+        for setting in settings:
+            variable, equals, value = setting.partition("=")
+            if not equals or not variable:
+                raise SystemExit(f"--frontends {item}: {setting!r} is not VARIABLE=VALUE")
+            extra.append((variable, value))
         frontend = FRONTENDS[name]
+        if extra:
+            frontend = dataclasses.replace(frontend, name=item, extra=tuple(extra))
         module = None
         if frontend.protocol == "http" and frontend.http == "native":
             module = "handlers.protocol.httpnative.server"

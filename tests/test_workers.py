@@ -283,6 +283,12 @@ def test_too_many_workers_and_a_taken_port_are_clear_errors(tmp_path):
                           "--metrics-port", "0", "--workers", "3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert "3 workers need at least 3 instances of every model, and model 'add_sub' has 2" in " ".join(out.stderr.split())
+    # TOOLKIT_WORKERS, the images' variable, is `toolkit serve`'s default for --workers too
+    out = subprocess.run([*TOOLKIT, "serve", str(QUICKSTART), "--port", str(free_port()), "--grpc-port", "0",
+                          "--metrics-port", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TOOLKIT_WORKERS": "3"})
+    assert out.returncode == 2
+    assert "3 workers need at least 3 instances of every model, and model 'add_sub' has 2" in " ".join(out.stderr.split())
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -292,7 +292,7 @@ def serve(
     ] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level")] = "info",
     workers: Annotated[
-        str, typer.Option("--workers", help="Server processes on the same ports, each with its share of every model's instances: N or auto (docs/performance.md)")
+        str, typer.Option("--workers", envvar="TOOLKIT_WORKERS", help="Server processes on the same ports, each with its share of every model's instances: N or auto (docs/performance.md); TOOLKIT_WORKERS as in images")
     ] = "1",
 ) -> None:
     """Serve a repository locally with the same runtime the images run: v2 REST on 8000, gRPC on 8001
