@@ -85,6 +85,7 @@ def main() -> None:
         return GranianListener(app, sock, runner.graceful_seconds, runner.log_level)
 
     server._Runner._uvicorn = granian_listener  # type: ignore[method-assign]
+    os.environ["TOOLKIT_HTTP_FRONTEND"] = "uvicorn"  # the listeners _uvicorn makes: granian's, here
     app(["serve", *sys.argv[1:]], prog_name="toolkit")
 
 

@@ -15,8 +15,8 @@ throughput and p95 come with them, as medians of interleaved repeats (the varian
 their order rotating), together with the load average.
 
 Variants (default: the set in docs/performance.md, "Per-request overhead"): SERVER is `toolkit`
-(`toolkit serve`, WORKERS processes: `--workers`; its gRPC front end is the default one, native
-when built), `toolkit-native` or `toolkit-grpcio` (`toolkit serve` with TOOLKIT_GRPC_FRONTEND set
+(`toolkit serve`, WORKERS processes: `--workers`; its HTTP and gRPC front ends are the default
+ones, native when built; `toolkit@TOOLKIT_HTTP_FRONTEND=uvicorn` for uvicorn), `toolkit-native` or `toolkit-grpcio` (`toolkit serve` with TOOLKIT_GRPC_FRONTEND set
 to that front end), `toolkit-granian` (`toolkit serve` with granian in place of uvicorn:
 bench/granian_serve.py, one process), or `triton` (scripts/tools/tritonserver, its
 python backend running ONNX Runtime, as bench/servers.py); SERVER may end in `@NAME=VALUE`s,

@@ -348,6 +348,15 @@ def profile_model(model: str, key: str, args: argparse.Namespace, work: Path) ->
 
 
 
+def _http_front_end() -> str:
+    """The HTTP front end toolkit serve runs here (handlers/entrypoints/server.py chooses it)."""
+    from handlers.entrypoints.server import http_frontend
+
+    if http_frontend() == "native":
+        return "native HTTP front end (libevent's evhttp on its own thread) feeding the asyncio loop on uvloop"
+    return "uvicorn + httptools + uvloop"
+
+
 def _grpc_front_end() -> str:
     """The gRPC front end toolkit serve runs here (handlers/protocol/grpc/server.py chooses it)."""
     from handlers.protocol.grpc import server as grpc_server
@@ -419,7 +428,7 @@ def main() -> None:
                 "CPU budget": f"{cpus()} CPU(s) for the runtime's thread budget (handlers/cpu_budget.py)",
                 "load before start": f"{load:.2f} (1-minute load average; the run waits for < {args.max_load})",
                 "toolkit": f"commit {_git_commit()}, Python {platform.python_version()}, onnxruntime "
-                           f"{args.ort_version}, " + (_grpc_front_end() if args.protocol == "grpc" else "uvicorn + httptools + uvloop")
+                           f"{args.ort_version}, " + (_grpc_front_end() if args.protocol == "grpc" else _http_front_end())
                            + f", --workers {args.toolkit_workers}",
                 "Triton": f"tritonserver 2.51.0 via scripts/tools/tritonserver serve: python backend + ONNX Runtime "
                           f"{args.ort_version}, CPU, intra_op_thread_count={args.ort_threads} (text_recognition_full: "

@@ -15,6 +15,8 @@ from typing import Iterator
 
 import pytest
 
+from handlers.entrypoints.server import native_http_available
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLKIT = [sys.executable, "-m", "toolkit.cli"]
 
@@ -25,17 +27,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _native_http_built() -> bool:
-    try:
-        from handlers.protocol.httpnative import server  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 # The native HTTP front end's tests skip where it is not built, except in CI (TOOLKIT_REQUIRE_TOOLS=1).
 NEEDS_NATIVE_HTTP = pytest.mark.skipif(
-    not _native_http_built() and os.environ.get("TOOLKIT_REQUIRE_TOOLS") != "1",
+    not native_http_available() and os.environ.get("TOOLKIT_REQUIRE_TOOLS") != "1",
     reason="the native HTTP front end is not built (scripts/http-native.sh)",
 )
 

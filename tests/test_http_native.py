@@ -1,7 +1,8 @@
 """The native HTTP front end (TOOLKIT_HTTP_FRONTEND=native: libevent's evhttp on its own threads,
 handlers/protocol/httpnative) under a real `toolkit serve` process and raw sockets: keep-alive,
-pipelining, limits, malformed and slow clients, many connections, the switch itself. The HTTP
-suites run on it once more in `test_http_suites_pass_on_native_front_end`."""
+pipelining, limits, malformed and slow clients, many connections, the switch itself. It is
+`toolkit serve`'s default where built, so the rest of the suite serves with it too; the HTTP suites
+run once more on uvicorn, the fallback, in `test_http_suites_pass_on_uvicorn`."""
 
 from __future__ import annotations
 
@@ -345,12 +346,37 @@ def test_front_end_is_logged_and_a_wrong_value_is_one_line_error():
     assert "TOOLKIT_HTTP_FRONTEND='hyper': expected one of uvicorn, native" in done.stdout + done.stderr
     with serve(REPO, "--log-level", "info", env=NATIVE) as running:
         assert "HTTP front end: native" in running.output()
+    # unset: native, since it is built here (as the gRPC front end is chosen)
     with serve(REPO, "--log-level", "info", env={"TOOLKIT_HTTP_FRONTEND": ""}) as running:
+        assert "HTTP front end: native" in running.output()
+    with serve(REPO, "--log-level", "info", env={"TOOLKIT_HTTP_FRONTEND": "uvicorn"}) as running:
         assert "HTTP front end: uvicorn" in running.output()
 
 
-# The HTTP suites once more on the native front end (the rest of the suite serves with uvicorn,
-# the default), every test of them.
+def test_without_the_module_serve_falls_back_to_uvicorn_and_native_is_a_one_line_error(tmp_path):
+    """A checkout or image without the native module (no libevent-dev where it was built): the
+    default is uvicorn; asking for native is an error naming how to build it. A sitecustomize on
+    the path hides the module from the server process, as its absence would."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.startswith('toolkit_httpnative') or name.endswith('._httpnative'):\n"
+        "            raise ImportError(f'{name} hidden by the test')\n"
+        "sys.meta_path.insert(0, _Hide())\n")
+    hidden = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    with serve(REPO, "--log-level", "info", env={**hidden, "TOOLKIT_HTTP_FRONTEND": ""}) as running:
+        assert "HTTP front end: uvicorn" in running.output()
+    done = subprocess.run([*TOOLKIT, "serve", str(REPO), "--port", str(free_port()), "--metrics-port", "0"],
+                          cwd=ROOT, env={**os.environ, **hidden, **NATIVE}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert ("TOOLKIT_HTTP_FRONTEND=native but the native HTTP front end is not built "
+            "(handlers/protocol/native/build.py http)") in done.stdout + done.stderr
+
+
+# The HTTP suites once more on uvicorn, the front end `toolkit serve` falls back to where the
+# native one is not built (the rest of the suite serves with the native front end, the default
+# where built, as in CI), every test of them.
 SUITES = (
     "tests/test_infer_fast_path.py",
     "tests/test_serve_tritonclient.py",
@@ -366,12 +392,12 @@ SUITES = (
 )
 
 
-def test_http_suites_pass_on_native_front_end():
-    if os.environ.get("TOOLKIT_HTTP_FRONTEND") == "native":
-        pytest.skip("this run's HTTP tests already serve with the native front end")
-    env = {**os.environ, **NATIVE}
+def test_http_suites_pass_on_uvicorn():
+    if os.environ.get("TOOLKIT_HTTP_FRONTEND") == "uvicorn":
+        pytest.skip("this run's HTTP tests already serve with uvicorn")
+    env = {**os.environ, "TOOLKIT_HTTP_FRONTEND": "uvicorn"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITES]
     done = subprocess.run(command, check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     summary = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
-    assert done.returncode == 0, f"{' '.join(SUITES)} on the native front end:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+    assert done.returncode == 0, f"{' '.join(SUITES)} on uvicorn:\n{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
     assert summary and " passed" in summary[0] and "failed" not in summary[0], summary

@@ -1,10 +1,11 @@
-"""Run the runtime's listeners in one event loop: HTTP (uvicorn), gRPC (grpcio's asyncio server)
-and a metrics port, like tritonserver's 8000 / 8001 / 8002. Each one is optional.
+"""Run the runtime's listeners in one event loop: HTTP (the native front end where built, else
+uvicorn: `http_frontend`), gRPC (the native front end where built, else grpcio's asyncio server)
+and a metrics port (uvicorn), like tritonserver's 8000 / 8001 / 8002. Each one is optional.
 
 Listen at once, load models in the background, drain on SIGTERM: `/v2/health/live` (gRPC
 ServerLive) answers as soon as the sockets are open; `/v2/health/ready` turns 200 (gRPC health
 SERVING) when every model is loaded (the Cloud Run startup probe). On SIGTERM/SIGINT the listeners
-stop accepting: uvicorn waits for in-flight requests, gRPC finishes what its calls and streams
+stop accepting: HTTP waits for in-flight requests, gRPC finishes what its calls and streams
 received (up to `graceful_seconds`); the batchers then drain and stop.
 
 The metrics port serves `GET /metrics` only (Prometheus text), as tritonserver's does; the HTTP
@@ -49,20 +50,29 @@ HTTP_FRONTEND_ENV = "TOOLKIT_HTTP_FRONTEND"
 HTTP_FRONTENDS = ("uvicorn", "native")
 
 
+def native_http_available() -> bool:
+    """Whether the native HTTP front end's module (handlers/protocol/httpnative) is built."""
+    try:
+        from ..protocol.httpnative import server  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def http_frontend() -> str:
-    """The HTTP front end to serve with: TOOLKIT_HTTP_FRONTEND (uvicorn unless it says native:
-    handlers/protocol/httpnative, libevent's evhttp on its own threads). ValueError, with the
-    reason, for another value or for native when its module is not built."""
-    chosen = os.environ.get(HTTP_FRONTEND_ENV, "").strip().lower() or "uvicorn"
-    if chosen not in HTTP_FRONTENDS:
+    """The HTTP front end to serve with: TOOLKIT_HTTP_FRONTEND (uvicorn or native), else native
+    when its module is built (handlers/protocol/httpnative: libevent's evhttp on its own threads),
+    else uvicorn; the gRPC front end is chosen by the same rule. ValueError, with the reason, for
+    another value or for native when its module is not built."""
+    chosen = os.environ.get(HTTP_FRONTEND_ENV, "").strip().lower()
+    if chosen and chosen not in HTTP_FRONTENDS:
         raise ValueError(f"{HTTP_FRONTEND_ENV}={chosen!r}: expected one of {', '.join(HTTP_FRONTENDS)}")
-    if chosen == "native":
-        try:
-            from ..protocol.httpnative import server  # noqa: F401
-        except ImportError as exc:
-            raise ValueError(f"{HTTP_FRONTEND_ENV}=native but the native HTTP front end is not built "
-                             f"(handlers/protocol/native/build.py http): {exc}") from None
-    return chosen
+    if chosen == "native" and not native_http_available():
+        raise ValueError(f"{HTTP_FRONTEND_ENV}=native but the native HTTP front end is not built "
+                         "(handlers/protocol/native/build.py http)")
+    if chosen:
+        return chosen
+    return "native" if native_http_available() else "uvicorn"
 
 
 def _fastest(module: str, fallback: str) -> str:
