@@ -6,8 +6,10 @@
 #                                  $TOOLKIT_DOCKER_DIR/docker.sock (default /tmp/toolkit-docker)
 #   scripts/ci-docker.sh base      make the local Python base image $TOOLKIT_BASE_IMAGE with
 #                                  debootstrap (Debian bookworm minbase + python3) + docker import
+#   scripts/ci-docker.sh base-other  the same from Debian trixie: $TOOLKIT_OTHER_BASE_IMAGE, whose
+#                                  Python (3.13) is not the host's (tests/test_build_e2e_abi3.py)
 #   scripts/ci-docker.sh stop      stop the dockerd started by `start`
-#   scripts/ci-docker.sh all       install + start + base (what .ci/run does)
+#   scripts/ci-docker.sh all       install + start + base + base-other (what .ci/run does)
 #
 # The engine is private: its socket is not /var/run/docker.sock and it never touches the host's
 # network setup (--iptables=false --bridge=none), so containers run with --network host. Use it
@@ -17,6 +19,7 @@ set -euo pipefail
 
 dir=${TOOLKIT_DOCKER_DIR:-/tmp/toolkit-docker}
 base_image=${TOOLKIT_BASE_IMAGE:-toolkit-ci/python:3.11-bookworm}
+other_base_image=${TOOLKIT_OTHER_BASE_IMAGE:-toolkit-ci/python:3.13-trixie}
 mirror=${TOOLKIT_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 sock="$dir/docker.sock"
 docker_cli=/usr/bin/docker
@@ -91,16 +94,18 @@ stop() {
   fi
 }
 
+# base IMAGE SUITE: Debian SUITE minbase + python3, imported as IMAGE (once).
 base() {
-  if "$docker_cli" image inspect "$base_image" >/dev/null 2>&1; then
-    log "base image $base_image already present"
+  local image=$1 suite=$2
+  if "$docker_cli" image inspect "$image" >/dev/null 2>&1; then
+    log "base image $image already present"
     return
   fi
   local root
   root=$(mktemp -d /tmp/toolkit-rootfs.XXXXXX)
   chmod 755 "$root"  # it becomes the image's /, which non-root users must be able to enter
-  log "debootstrap bookworm minbase + python3 into $root ($mirror)"
-  debootstrap --variant=minbase --include=python3 bookworm "$root" "$mirror" >"$dir/debootstrap.log" 2>&1 || {
+  log "debootstrap $suite minbase + python3 into $root ($mirror)"
+  debootstrap --variant=minbase --include=python3 "$suite" "$root" "$mirror" >"$dir/debootstrap.log" 2>&1 || {
     tail -30 "$dir/debootstrap.log" >&2
     exit 1
   }
@@ -108,21 +113,22 @@ base() {
   rm -rf "$root"/var/cache/apt/* "$root"/var/lib/apt/lists/* "$root"/usr/share/doc/* \
     "$root"/usr/share/man/* "$root"/usr/share/info/* "$root"/usr/share/locale/* \
     "$root"/var/log/* "$root"/tmp/*
-  log "docker import -> $base_image"
+  log "docker import -> $image"
   tar -C "$root" --numeric-owner -c . | "$docker_cli" import \
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' \
     --change 'CMD ["python3"]' \
-    - "$base_image" >/dev/null
+    - "$image" >/dev/null
   rm -rf "$root"
-  "$docker_cli" run --rm --network none "$base_image" python3 -c 'import sys; print("base image python", sys.version.split()[0])'
+  "$docker_cli" run --rm --network none "$image" python3 -c 'import sys; print("base image python", sys.version.split()[0])'
 }
 
 case "${1:-all}" in
   install) install ;;
   start) start ;;
   stop) stop ;;
-  base) base ;;
-  all) install; start; base ;;
-  *) echo "usage: $0 [install|start|base|stop|all]" >&2; exit 2 ;;
+  base) base "$base_image" bookworm ;;
+  base-other) base "$other_base_image" trixie ;;
+  all) install; start; base "$base_image" bookworm; base "$other_base_image" trixie ;;
+  *) echo "usage: $0 [install|start|base|base-other|stop|all]" >&2; exit 2 ;;
 esac

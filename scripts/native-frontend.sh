@@ -48,7 +48,7 @@ give_up() {
 if [ -z "$require" ] && [ "$skip" = "0" ]; then
   exit 0
 fi
-module=$module_dir/$module$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+module=$module_dir/$module.abi3.so  # the stable ABI: handlers/protocol/native/build.py
 if [ -f "$module" ]; then
   stale=
   for source in $("$py" "$builder" "$name" --sources); do

@@ -83,8 +83,9 @@ def docker(env: dict[str, str], *args: str, check: bool = True, timeout: float =
     return result
 
 
-def toolkit_build(env: dict[str, str], output: Path, *args: str, repository: Path = QUICKSTART) -> dict:
-    command = [sys.executable, "-m", "toolkit.cli", "build", str(repository), "--base-image", BASE_IMAGE,
+def toolkit_build(env: dict[str, str], output: Path, *args: str, repository: Path = QUICKSTART,
+                  base_image: str = BASE_IMAGE) -> dict:
+    command = [sys.executable, "-m", "toolkit.cli", "build", str(repository), "--base-image", base_image,
                "--builder", "docker", "--output", str(output), "-q", *args]
     result = subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=1200)
     assert result.returncode == 0, result.stdout + result.stderr

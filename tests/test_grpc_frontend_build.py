@@ -1,8 +1,9 @@
 """How `toolkit build --protocol grpc` chooses the image's gRPC front end
 (toolkit/build/native_frontend.py, gf.GRPC): the native wheel's cache key, its manylinux tag against the base
 image's glibc, the user's TOOLKIT_GRPC_NATIVE_WHEELS, and the fall back to grpcio's server with the
-reason (the image's Python or arch differs from the host's, no compiler, glibc too old), or the
-build's failure under `--grpc-frontend native`. Building and serving real images:
+reason (the image's Python older than 3.11, its arch not the host's, no compiler, glibc too old), or the
+build's failure under `--grpc-frontend native`. The wheel is for CPython's stable ABI
+(`cp311-abi3`): any Python from 3.11 on builds it, for an image with any Python from 3.11 on. Building and serving real images:
 tests/test_build_e2e_grpc.py."""
 
 from __future__ import annotations
@@ -30,17 +31,19 @@ from toolkit.build.wheelhouse import cache_key
 
 HOST = gf.host_python()
 TAG = "cp" + HOST.replace(".", "")
+ABI3 = ("cp311", "abi3")  # the Python and ABI tags of the wheels build.py makes
+OLDER = "3.10"  # a Python older than the stable ABI the modules use
 
 
 def _base(python: str = HOST, glibc: tuple[int, int] = (2, 36), arch: str | None = None) -> BaseImage:
     return BaseImage("python:test", python, glibc, arch or gf.host_arch(), False, "test")
 
 
-def _wheel(folder: Path, platform: str = "manylinux_2_35", tag: str = TAG, arch: str | None = None) -> Path:
+def _wheel(folder: Path, platform: str = "manylinux_2_35", tags: tuple[str, str] = ABI3, arch: str | None = None) -> Path:
     """A wheel file by the name build.py --wheel gives (its content: one module file). It stands
     in for a built wheel where only its name and place matter (the cache lookup, the tag check)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"toolkit_grpcnative-0.1.0-{tag}-{tag}-{platform}_{arch or gf.host_arch()}.whl"
+    path = folder / f"toolkit_grpcnative-0.1.0-{tags[0]}-{tags[1]}-{platform}_{arch or gf.host_arch()}.whl"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("toolkit_grpcnative/__init__.py", "x" * 1000)
     return path
@@ -103,8 +106,7 @@ def test_the_cache_key_covers_every_file_the_build_reads(kind):
 def test_the_fallback_warning_names_no_number_that_goes_stale(kind, tmp_path, monkeypatch):
     """The warning points at the measurements (docs/performance.md) instead of quoting them."""
     monkeypatch.delenv(kind.wheels_env, raising=False)
-    other = "3.%d" % (sys.version_info[1] + 1)
-    line = gf.choose_frontend(kind, "auto", _base(python=other), cache_dir=tmp_path).line()
+    line = gf.choose_frontend(kind, "auto", _base(python=OLDER), cache_dir=tmp_path).line()
     cost = line.split(", not the native one (", 1)[1].split("):", 1)[0]
     assert cost == "slower: docs/performance.md"
     assert (Path(__file__).resolve().parent.parent / "docs" / "performance.md").is_file()
@@ -141,11 +143,15 @@ def test_grpcio_leaves_the_wheel_out(tmp_path, monkeypatch):
 
 def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
     monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
-    folder = tmp_path / gf.GRPC.cache_folder / gf.cache_key(TAG, gf.host_arch(), gf.GRPC.sources)[:32]
+    folder = tmp_path / gf.GRPC.cache_folder / gf.cache_key(gf.ABI3_KEY, gf.host_arch(), gf.GRPC.sources)[:32]
     wheel = _wheel(folder)
     monkeypatch.setattr(gf, "BUILD_SCRIPT", tmp_path / "absent.py")  # a build would fail
     chosen = gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source, chosen.wheel) == ("native", "cache", wheel)
+    # the same stable-ABI wheel serves an image with another Python from 3.11 on
+    for python in ("3.11", "3.12", "3.13", "3.14"):
+        other = gf.choose_frontend(gf.GRPC, "auto", _base(python=python), cache_dir=tmp_path)
+        assert (other.frontend, other.source, other.wheel) == ("native", "cache", wheel), python
     assert chosen.requirement.spec == str(wheel) and chosen.requirement.imports == ("toolkit_grpcnative",)
     entry = chosen.as_dict()
     assert entry["wheel"] == wheel.name and entry["wheel_bytes"] == wheel.stat().st_size
@@ -158,19 +164,32 @@ def test_a_cached_wheel_is_reused_without_building(tmp_path, monkeypatch):
         gf.choose_frontend(gf.GRPC, "native", _base(glibc=(2, 31)), cache_dir=tmp_path)
 
 
-def test_another_python_or_arch_falls_back_with_the_way_to_get_it(tmp_path, monkeypatch):
+def test_an_older_python_or_another_arch_falls_back_with_the_way_to_get_it(tmp_path, monkeypatch):
     monkeypatch.delenv(GRPC_NATIVE_WHEELS_ENV, raising=False)
-    other = "3.%d" % (sys.version_info[1] + 1)
-    chosen = gf.choose_frontend(gf.GRPC, "auto", _base(python=other), cache_dir=tmp_path)
+    chosen = gf.choose_frontend(gf.GRPC, "auto", _base(python=OLDER), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source) == ("grpcio", "fallback")
-    assert f"the image's Python is {other} and the one running toolkit {HOST}" in chosen.reason
-    assert GRPC_NATIVE_WHEELS_ENV in chosen.reason and "build.py grpc --wheel" in chosen.reason
+    assert f"the image's Python is {OLDER} and the native front ends need 3.11 or newer" in chosen.reason
+    assert "python:3.12-slim-bookworm" in chosen.reason
     assert chosen.line().startswith("gRPC front end: grpcio's server, not the native one")
     arch = "aarch64" if gf.host_arch() != "aarch64" else "x86_64"
     assert f"the image is {arch}" in gf.choose_frontend(gf.GRPC, "auto", _base(arch=arch), cache_dir=tmp_path).reason
-    with pytest.raises(BuildError, match=f"--grpc-frontend native: .*Python is {other}"):
-        gf.choose_frontend(gf.GRPC, "native", _base(python=other), cache_dir=tmp_path)
+    with pytest.raises(BuildError, match=f"--grpc-frontend native: .*Python is {OLDER}"):
+        gf.choose_frontend(gf.GRPC, "native", _base(python=OLDER), cache_dir=tmp_path)
+    # toolkit itself on a Python older than 3.11 cannot build the wheel: how to get one
+    monkeypatch.setattr(gf, "host_python", lambda: OLDER)
+    older_host = gf.choose_frontend(gf.GRPC, "auto", _base(python="3.12"), cache_dir=tmp_path)
+    assert (older_host.frontend, older_host.source) == ("grpcio", "fallback")
+    assert f"the wheel is built with the Python running toolkit, {OLDER}, and needs 3.11 or newer" in older_host.reason
+    assert GRPC_NATIVE_WHEELS_ENV in older_host.reason and "build.py grpc --wheel" in older_host.reason
     assert not (tmp_path / gf.GRPC.cache_folder).exists()  # nothing was built
+
+
+def test_build_py_refuses_a_python_older_than_the_stable_abi(monkeypatch):
+    monkeypatch.setattr(native_build.sys, "version_info", (3, 10, 0, "final", 0))
+    with pytest.raises(RuntimeError, match="built with Python 3.11 or newer .*not 3.10"):
+        native_build.check_python()
+    assert (native_build.LIMITED_API_HEX, native_build.ABI3_TAG) == ("0x030B0000", "cp311")
+    assert native_build.FRONTENDS["http"].output_name() == "_httpnative.abi3.so"
 
 
 @pytest.mark.parametrize(("kind", "variable"), [(gf.GRPC, GRPC_NATIVE_WHEELS_ENV), (gf.HTTP, HTTP_NATIVE_WHEELS_ENV)],
@@ -199,10 +218,20 @@ def test_the_users_wheels_win_and_must_fit(tmp_path, monkeypatch):
     folder.mkdir()
     with pytest.raises(BuildError, match=f"holds no toolkit_grpcnative wheel for Python {HOST}"):
         gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path)
-    wheel = _wheel(folder)
-    _wheel(tmp_path / gf.GRPC.cache_folder / gf.cache_key(TAG, gf.host_arch(), gf.GRPC.sources)[:32])
+    # a per-version wheel of another Python does not fit; one of this Python does
+    _wheel(folder, tags=("cp39", "cp39"))
+    with pytest.raises(BuildError, match=f"holds no toolkit_grpcnative wheel for Python {HOST}"):
+        gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path)
+    own = _wheel(folder, tags=(TAG, TAG))
+    assert gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path).wheel == own.resolve()
+    own.unlink()
+    wheel = _wheel(folder)  # the stable ABI's (cp311-abi3), as build.py makes it
+    _wheel(tmp_path / gf.GRPC.cache_folder / gf.cache_key(gf.ABI3_KEY, gf.host_arch(), gf.GRPC.sources)[:32])
     chosen = gf.choose_frontend(gf.GRPC, "auto", _base(), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source, chosen.wheel) == ("native", GRPC_NATIVE_WHEELS_ENV, wheel.resolve())
+    assert gf.choose_frontend(gf.GRPC, "auto", _base(python="3.13"), cache_dir=tmp_path).wheel == wheel.resolve()
+    with pytest.raises(BuildError, match=f"holds no toolkit_grpcnative wheel for Python {OLDER}"):
+        gf.choose_frontend(gf.GRPC, "auto", _base(python=OLDER), cache_dir=tmp_path)
     with pytest.raises(BuildError, match=f"{GRPC_NATIVE_WHEELS_ENV}: .*needs glibc 2.35"):
         gf.choose_frontend(gf.GRPC, "auto", _base(glibc=(2, 28)), cache_dir=tmp_path)
 

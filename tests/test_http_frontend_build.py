@@ -31,9 +31,10 @@ def _base(python: str = HOST, glibc: tuple[int, int] = (2, 36)) -> BaseImage:
 
 
 def _wheel(folder: Path, platform: str = "manylinux_2_36") -> Path:
-    """A wheel file by the name build.py http --wheel gives (where only its name and place matter)."""
+    """A wheel file by the name build.py http --wheel gives, for the stable ABI (where only its name
+    and place matter)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"toolkit_httpnative-0.1.0-{TAG}-{TAG}-{platform}_{nf.host_arch()}.whl"
+    path = folder / f"toolkit_httpnative-0.1.0-cp311-abi3-{platform}_{nf.host_arch()}.whl"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("toolkit_httpnative/__init__.py", "x" * 1000)
     return path
@@ -59,7 +60,7 @@ def test_uvicorn_leaves_the_wheel_out(tmp_path, monkeypatch):
 
 def test_a_cached_wheel_is_reused_and_an_old_glibc_falls_back_to_uvicorn(tmp_path, monkeypatch):
     monkeypatch.delenv(HTTP_NATIVE_WHEELS_ENV, raising=False)
-    wheel = _wheel(tmp_path / "httpnative" / nf.cache_key(TAG, nf.host_arch(), nf.HTTP.sources)[:32])
+    wheel = _wheel(tmp_path / "httpnative" / nf.cache_key(nf.ABI3_KEY, nf.host_arch(), nf.HTTP.sources)[:32])
     monkeypatch.setattr(nf, "BUILD_SCRIPT", tmp_path / "absent.py")  # a build would fail
     chosen = nf.choose_frontend(nf.HTTP, "auto", _base(), cache_dir=tmp_path)
     assert (chosen.frontend, chosen.source, chosen.wheel) == ("native", "cache", wheel)

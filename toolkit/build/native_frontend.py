@@ -11,10 +11,12 @@ build` finds or makes the one its image needs, in this order:
    image's Python, arch and glibc (none in DIR: an error, as the user asked for it);
 2. the wheel cache (`<wheel cache>/grpcnative/<key>/`, `.../httpnative/<key>/`), keyed by the
    front end's sources (every file build.py reads, as its `Frontend.sources` lists them: the C++
-   file, frontend.h, build.py), the Python tag and the arch: a second build reuses it, a changed
+   file, frontend.h, build.py), the stable ABI and the arch: a second build reuses it, a changed
    source builds again;
-3. built now by build.py --wheel with the Python running toolkit, when its major.minor and arch
-   are the image's (a wheel is specific to both), then cached.
+3. built now by build.py --wheel with the Python running toolkit, then cached. The modules use
+   CPython's stable ABI (build.py: the limited API of 3.11), so the wheel is `cp311-abi3`: any
+   Python from 3.11 on builds it, for an image with any Python from 3.11 on; the arch must be
+   the image's (it is compiled here).
 
 The wheel's manylinux tag must fit the base image's glibc (built on Debian bookworm: glibc 2.35 or
 2.36 or newer). `--grpc-frontend` / `--http-frontend auto` (default) serves with the Python server
@@ -173,14 +175,24 @@ def host_python() -> str:
     return "%d.%d" % sys.version_info[:2]
 
 
+# The stable ABI the wheels are built for (cp311-abi3: every CPython from 3.11 on).
+ABI3_PYTHON = native_build.LIMITED_API
+ABI3_KEY = f"{native_build.ABI3_TAG}-abi3"
+
+
+def _version(python: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in python.split("."))
+
+
 def host_arch() -> str:
     machine = platform.machine()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine.lower(), machine)
 
 
 def cache_key(python_tag: str, arch: str, sources: tuple[Path, ...]) -> str:
-    """What decides the wheel: the files its build reads (by content), the Python tag and the
-    arch. The host's grpc++ or libevent is not part of it: the wheel carries its own."""
+    """What decides the wheel: the files its build reads (by content), its Python tag (the stable
+    ABI, `cp311-abi3`) and the arch. The host's grpc++ or libevent is not part of it: the wheel
+    carries its own."""
     digests = {}
     for path in sources:
         with open(path, "rb") as handle:
@@ -311,13 +323,19 @@ def _native(kind: Kind, base: BaseImage, cache_dir: Path, refresh: bool, progres
             f"machine, or set {kind.wheels_env}=DIR to a folder with a {base.arch} wheel made by "
             f"handlers/protocol/native/build.py {kind.name} --wheel DIR"
         )
-    if base.python != python:
+    oldest = "%d.%d" % ABI3_PYTHON
+    if _version(base.python) < ABI3_PYTHON:
         raise Unavailable(
-            f"the image's Python is {base.python} and the one running toolkit {python} (the wheel is built with it): "
-            f"run toolkit build with Python {base.python}, or make the wheel with it (python{base.python} "
+            f"the image's Python is {base.python} and the native front ends need {oldest} or newer (their stable "
+            f"ABI): choose a base image with Python {oldest} or newer (e.g. python:3.12-slim-bookworm)"
+        )
+    if _version(python) < ABI3_PYTHON:
+        raise Unavailable(
+            f"the wheel is built with the Python running toolkit, {python}, and needs {oldest} or newer: run toolkit "
+            f"build with Python {oldest} or newer, or make the wheel with one (python3 "
             f"handlers/protocol/native/build.py {kind.name} --wheel DIR) and set {kind.wheels_env}=DIR"
         )
-    folder = cache_dir / kind.cache_folder / cache_key(base.python_tag, arch, kind.sources)[:32]
+    folder = cache_dir / kind.cache_folder / cache_key(ABI3_KEY, arch, kind.sources)[:32]
     wheel = None if refresh else _cached(kind, folder)
     if wheel is not None:
         check_glibc(wheel, base)

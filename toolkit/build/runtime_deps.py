@@ -38,6 +38,7 @@ CUDA libraries of a CUDA build) is resolved with the image's other requirements.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,21 +124,38 @@ HTTP_NATIVE = RuntimeRequirement("toolkit-httpnative", ("toolkit_httpnative",))
 HTTP_NATIVE_WHEELS_ENV = "TOOLKIT_HTTP_NATIVE_WHEELS"
 
 
+def _fits_python(filename: str, python: str) -> bool:
+    """Whether a wheel's Python and ABI tags (PEP 425) install on CPython `python` (`3.12`): built
+    for it (`cp312-cp312`), or for the stable ABI of it or an older 3.x (`cp311-abi3`)."""
+    parts = filename.removesuffix(".whl").split("-")
+    if len(parts) < 5:
+        return False
+    tag = "cp" + python.replace(".", "")
+    wanted = tuple(int(p) for p in python.split("."))
+    for interpreter in parts[-3].split("."):
+        for abi in parts[-2].split("."):
+            if interpreter == tag and abi == tag:
+                return True
+            if abi == "abi3" and re.fullmatch(r"cp3\d+", interpreter) and (3, int(interpreter[3:])) <= wanted:
+                return True
+    return False
+
+
 def native_requirement(wheel: RuntimeRequirement, variable: str, python: str, arch: str) -> RuntimeRequirement | None:
     """A native front end's wheel (GRPC_NATIVE, HTTP_NATIVE) for an image's Python (`3.12`) and
-    arch, from the directory `variable` names; None when it is unset. ValueError when the
+    arch, from the directory `variable` names; None when it is unset. The wheel is for that Python
+    (`cp312-cp312`) or for the stable ABI (`cp311-abi3`, what build.py makes). ValueError when the
     directory holds no wheel for that Python and arch."""
     folder = os.environ.get(variable, "").strip()
     if not folder:
         return None
-    tag = "cp" + python.replace(".", "")
     package = wheel.name.replace("-", "_")
-    found = sorted(Path(folder).glob(f"{package}-*-{tag}-{tag}-*{arch}.whl"))
+    found = sorted(w for w in Path(folder).glob(f"{package}-*{arch}.whl") if _fits_python(w.name, python))
     if not found:
         frontend = package.removeprefix("toolkit_").removesuffix("native")
         raise ValueError(
-            f"{variable}={folder} holds no {package} wheel for Python {python} on {arch} "
-            f"({tag}): build one with that Python: python handlers/protocol/native/build.py {frontend} --wheel {folder}"
+            f"{variable}={folder} holds no {package} wheel for Python {python} on {arch} (cp311-abi3 or "
+            f"cp{python.replace('.', '')}): build one: python handlers/protocol/native/build.py {frontend} --wheel {folder}"
         )
     return RuntimeRequirement(str(found[-1].resolve()), wheel.imports)
 

@@ -11,7 +11,11 @@ loop). Needs g++, pkg-config, the front end's library with its headers (Debian: 
 `libevent-dev`) and the running Python's headers. Without the module, `toolkit serve` serves
 gRPC with grpcio's server and HTTP with uvicorn. Exits 1 with the reason when it cannot build.
 
-`--wheel DIR`: a self-contained wheel for the running Python instead (`toolkit-grpcnative`,
+Both are built against CPython's stable ABI (Py_LIMITED_API 3.11, frontend.h): the module
+(`_grpcnative.abi3.so`) and the wheel (tagged `cp311-abi3`) load in every CPython from 3.11 on, so
+the Python running `toolkit build` makes the wheel for an image with another Python.
+
+`--wheel DIR`: a self-contained wheel instead (`toolkit-grpcnative`,
 `toolkit-httpnative`; top-level package `toolkit_grpcnative`, `toolkit_httpnative`, which the
 runtime imports when the module in the tree is absent), built with setuptools and repaired with
 auditwheel, which copies the front end's libraries into it (grpc++ with abseil, c-ares, re2,
@@ -40,6 +44,12 @@ HERE = Path(__file__).resolve().parent
 PROTOCOL = HERE.parent
 HEADER = HERE / "frontend.h"
 
+# The stable ABI the modules are built against: CPython 3.11's limited API (the first with the
+# buffer protocol in it). One build loads in 3.11 and every later CPython.
+LIMITED_API = (3, 11)
+LIMITED_API_HEX = "0x%02X%02X0000" % LIMITED_API  # 0x030B0000
+ABI3_TAG = "cp%d%d" % LIMITED_API  # the wheel's Python tag: cp311-abi3
+
 
 @dataclass(frozen=True)
 class Frontend:
@@ -61,7 +71,7 @@ class Frontend:
         return (self.source, HEADER, Path(__file__).resolve())
 
     def output_name(self) -> str:
-        return self.module + sysconfig.get_config_var("EXT_SUFFIX")
+        return self.module + ".abi3.so"
 
 
 FRONTENDS = {
@@ -90,8 +100,16 @@ def pkg_config_flags(frontend: Frontend) -> list[str]:
     return shlex.split(flags.stdout)
 
 
+def check_python() -> None:
+    """RuntimeError when the running Python is older than the stable ABI the modules use."""
+    if sys.version_info[:2] < LIMITED_API:
+        raise RuntimeError("the native front ends are built with Python %d.%d or newer (their stable ABI), not %d.%d"
+                           % (*LIMITED_API, *sys.version_info[:2]))
+
+
 def command(frontend: Frontend, output: Path) -> list[str]:
     """The compiler command line (RuntimeError naming what is missing)."""
+    check_python()
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("no C++ compiler (g++) on PATH")
@@ -99,8 +117,8 @@ def command(frontend: Frontend, output: Path) -> list[str]:
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").exists():
         raise RuntimeError(f"no Python.h in {include} (Debian: apt-get install python3-dev)")
-    return [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", f"-I{include}", f"-I{HERE}",
-            str(frontend.source), *flags, "-o", str(output)]
+    return [compiler, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", f"-DPy_LIMITED_API={LIMITED_API_HEX}",
+            f"-I{include}", f"-I{HERE}", str(frontend.source), *flags, "-o", str(output)]
 
 
 def build(frontend: Frontend, directory: Path) -> Path:
@@ -108,6 +126,9 @@ def build(frontend: Frontend, directory: Path) -> Path:
     temporary = output.with_suffix(".tmp")
     subprocess.run(command(frontend, temporary), check=True)
     temporary.replace(output)
+    for stale in directory.glob(f"{frontend.module}.*.so"):  # an older per-version build would load first
+        if stale != output:
+            stale.unlink()
     return output
 
 
@@ -120,19 +141,21 @@ from setuptools import Extension, setup
 
 flags = shlex.split(subprocess.check_output(["pkg-config", "--cflags", "--libs", *{pkg_config!r}], text=True))
 setup(
-    name={name!r}, version={version!r}, packages=[{package!r}], python_requires=">=3.9",
+    name={name!r}, version={version!r}, packages=[{package!r}], python_requires=">={python}",
     description={description!r},
     ext_modules=[Extension(
-        {package!r} + "." + {module!r}, [{source!r}],
+        {package!r} + "." + {module!r}, [{source!r}], py_limited_api=True,
+        define_macros=[("Py_LIMITED_API", {limited!r})],
         extra_compile_args=["-std=c++17", "-fvisibility=hidden", "-I.", *[f for f in flags if f.startswith("-I")]],
         extra_link_args=[f for f in flags if not f.startswith("-I")],
     )],
+    options={{"bdist_wheel": {{"py_limited_api": {abi3!r}}}}},
 )
 """
 
 
 def build_wheel(frontend: Frontend, directory: Path) -> Path:
-    """A self-contained wheel of the module for the running Python, in `directory`."""
+    """A self-contained wheel of the module (cp311-abi3: every CPython from 3.11 on), in `directory`."""
     command(frontend, directory / "probe")  # the same checks (compiler, pkg-config, the library, Python.h)
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"{frontend.module.strip('_')}-wheel-") as scratch:
@@ -145,6 +168,7 @@ def build_wheel(frontend: Frontend, directory: Path) -> Path:
         (project / "setup.py").write_text(_SETUP.format(
             name=frontend.wheel_name, version=WHEEL_VERSION, package=frontend.wheel_package, module=frontend.module,
             source=frontend.source.name, pkg_config=frontend.pkg_config, description=frontend.description,
+            python="%d.%d" % LIMITED_API, limited=LIMITED_API_HEX, abi3=ABI3_TAG,
         ))
         tools = work / "venv"
         subprocess.run([sys.executable, "-m", "venv", str(tools)], check=True)

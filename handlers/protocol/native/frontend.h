@@ -5,9 +5,19 @@
 // The front end's threads push events onto one queue; an eventfd becomes readable when the queue
 // goes from empty to non-empty, and the asyncio loop takes the whole queue in one call
 // (`Server.drain`), so a burst of requests costs one wake-up and one call.
+//
+// Both modules are built against CPython's stable ABI (the limited API of 3.11: build.py defines
+// Py_LIMITED_API), so one build serves every CPython from 3.11 on: a wheel made with the Python
+// that runs `toolkit build` fits an image with another one (an `abi3` wheel). Their types are
+// therefore heap types made from a PyType_Spec (`MakeType`), whose instances hold a reference to
+// their type (`FreeInstance` drops it).
 
 #ifndef TOOLKIT_NATIVE_FRONTEND_H_
 #define TOOLKIT_NATIVE_FRONTEND_H_
+
+#if !defined(Py_LIMITED_API) || Py_LIMITED_API < 0x030B0000
+#error "build against the stable ABI: -DPy_LIMITED_API=0x030B0000 (handlers/protocol/native/build.py does)"
+#endif
 
 #include <Python.h>
 #include <sys/eventfd.h>
@@ -78,21 +88,33 @@ PyObject* DrainList(EventQueue<Event>& queue, Wrap wrap, Drop drop) {
       ++i;
       break;
     }
-    PyList_SET_ITEM(result, static_cast<Py_ssize_t>(i), item);
+    PyList_SetItem(result, static_cast<Py_ssize_t>(i), item);  // steals `item`; cannot fail here
   }
   for (; i < events.size(); ++i) drop(events[i]);
   return result;
 }
 
-// Module setup: ready `type` and add it to `module` under its short name.
-inline bool AddType(PyObject* module, PyTypeObject* type, const char* name) {
-  if (PyType_Ready(type) < 0) return false;
+// Module setup: the heap type of `spec`, added to `module` under `name`. Returns a new reference
+// (the module's own is another), kept by the caller for the life of the process; nullptr with a
+// Python error set.
+inline PyTypeObject* MakeType(PyObject* module, PyType_Spec* spec, const char* name) {
+  PyObject* type = PyType_FromSpec(spec);
+  if (type == nullptr) return nullptr;
   Py_INCREF(type);
-  if (PyModule_AddObject(module, name, reinterpret_cast<PyObject*>(type)) < 0) {
+  if (PyModule_AddObject(module, name, type) < 0) {  // steals a reference on success only
     Py_DECREF(type);
-    return false;
+    Py_DECREF(type);
+    return nullptr;
   }
-  return true;
+  return reinterpret_cast<PyTypeObject*>(type);
+}
+
+// The end of a tp_dealloc: free the object's memory, then drop its reference to its (heap) type.
+inline void FreeInstance(PyObject* self) {
+  PyTypeObject* type = Py_TYPE(self);
+  freefunc free = reinterpret_cast<freefunc>(PyType_GetSlot(type, Py_tp_free));
+  free(self);
+  Py_DECREF(type);
 }
 
 }  // namespace frontend

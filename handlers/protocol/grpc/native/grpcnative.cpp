@@ -348,7 +348,7 @@ PyObject* MakeBytes(grpc::ByteBuffer& buffer) {
   for (const auto& slice : slices) total += slice.size();
   PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(total));
   if (bytes == nullptr) return nullptr;
-  char* out = PyBytes_AS_STRING(bytes);
+  char* out = PyBytes_AsString(bytes);
   for (const auto& slice : slices) {
     memcpy(out, slice.begin(), slice.size());
     out += slice.size();
@@ -374,7 +374,7 @@ struct PyCall {
 };
 
 void PyCall_dealloc(PyCall* self) {
-  PyObject_GC_UnTrack(self);
+  PyObject_GC_UnTrack(reinterpret_cast<PyObject*>(self));
   Py_CLEAR(self->tag);
   Py_CLEAR(self->method);
   if (self->call != nullptr) {
@@ -382,10 +382,11 @@ void PyCall_dealloc(PyCall* self) {
     self->call->Unref();
     self->call = nullptr;
   }
-  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+  frontend::FreeInstance(reinterpret_cast<PyObject*>(self));
 }
 
 int PyCall_traverse(PyCall* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(reinterpret_cast<PyObject*>(self)));  // a heap type's instances own a reference to it
   Py_VISIT(self->tag);
   return 0;
 }
@@ -443,7 +444,7 @@ PyObject* PyCall_metadata(PyCall* self, PyObject*) {
       Py_DECREF(result);
       return nullptr;
     }
-    PyTuple_SET_ITEM(result, static_cast<Py_ssize_t>(i), pair);
+    PyTuple_SetItem(result, static_cast<Py_ssize_t>(i), pair);  // steals `pair`
   }
   return result;
 }
@@ -513,21 +514,35 @@ PyGetSetDef PyCall_getset[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
-PyTypeObject PyCallType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+PyType_Slot PyCall_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(PyCall_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(PyCall_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(PyCall_clear)},
+    {Py_tp_methods, PyCall_methods},
+    {Py_tp_members, PyCall_members},
+    {Py_tp_getset, PyCall_getset},
+    {Py_tp_doc, const_cast<char*>("One gRPC call (made by Server.drain).")},
+    {0, nullptr},
+};
+
+PyType_Spec PyCall_spec = {"_grpcnative.Call", sizeof(PyCall), 0,
+                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, PyCall_slots};
+
+PyTypeObject* PyCallType = nullptr;  // made at import (frontend::MakeType)
 
 PyObject* WrapCall(Call* call) {
   if (call->py_ != nullptr) {
-    Py_INCREF(call->py_);
+    Py_INCREF(reinterpret_cast<PyObject*>(call->py_));
     return reinterpret_cast<PyObject*>(call->py_);
   }
-  PyCall* object = PyObject_GC_New(PyCall, &PyCallType);
+  PyCall* object = PyObject_GC_New(PyCall, PyCallType);
   if (object == nullptr) return nullptr;
   call->Ref();
   object->call = call;
   object->tag = nullptr;
   object->method = nullptr;
   call->py_ = object;
-  PyObject_GC_Track(object);
+  PyObject_GC_Track(reinterpret_cast<PyObject*>(object));
   return reinterpret_cast<PyObject*>(object);
 }
 
@@ -625,7 +640,7 @@ void PyServer_dealloc(PyServer* self) {
   }
   // the service and hub are leaked on purpose when calls may still reference them (never freed
   // before the server: a server is made once per process)
-  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+  frontend::FreeInstance(reinterpret_cast<PyObject*>(self));
 }
 
 PyMethodDef PyServer_methods[] = {
@@ -644,7 +659,21 @@ PyMemberDef PyServer_members[] = {
     {nullptr, 0, 0, 0, nullptr},
 };
 
-PyTypeObject PyServerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+PyType_Slot PyServer_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+    {Py_tp_init, reinterpret_cast<void*>(PyServer_init)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(PyServer_dealloc)},
+    {Py_tp_methods, PyServer_methods},
+    {Py_tp_members, PyServer_members},
+    {Py_tp_doc, const_cast<char*>("Server(address, max_receive, max_send, reuse_port): listen and start; "
+                                  "`port` is the bound port.")},
+    {0, nullptr},
+};
+
+PyType_Spec PyServer_spec = {"_grpcnative.Server", sizeof(PyServer), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+                             PyServer_slots};
+
+PyTypeObject* PyServerType = nullptr;  // made at import
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_grpcnative",
                           "grpc++ front end that hands raw gRPC calls to Python.", -1, nullptr};
@@ -652,33 +681,10 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_grpcnative",
 }  // namespace
 
 PyMODINIT_FUNC PyInit__grpcnative(void) {
-  PyCallType.tp_name = "_grpcnative.Call";
-  PyCallType.tp_basicsize = sizeof(PyCall);
-  PyCallType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC;
-  PyCallType.tp_dealloc = reinterpret_cast<destructor>(PyCall_dealloc);
-  PyCallType.tp_traverse = reinterpret_cast<traverseproc>(PyCall_traverse);
-  PyCallType.tp_clear = reinterpret_cast<inquiry>(PyCall_clear);
-  PyCallType.tp_methods = PyCall_methods;
-  PyCallType.tp_members = PyCall_members;
-  PyCallType.tp_getset = PyCall_getset;
-  PyCallType.tp_doc = "One gRPC call (made by Server.drain).";
-
-  PyServerType.tp_name = "_grpcnative.Server";
-  PyServerType.tp_basicsize = sizeof(PyServer);
-  PyServerType.tp_dictoffset = 0;
-  PyServerType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE;
-  PyServerType.tp_new = PyType_GenericNew;
-  PyServerType.tp_init = reinterpret_cast<initproc>(PyServer_init);
-  PyServerType.tp_dealloc = reinterpret_cast<destructor>(PyServer_dealloc);
-  PyServerType.tp_methods = PyServer_methods;
-  PyServerType.tp_members = PyServer_members;
-  PyServerType.tp_doc =
-      "Server(address, max_receive, max_send, reuse_port): listen and start; "
-      "`port` is the bound port.";
-
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
-  if (!frontend::AddType(module, &PyServerType, "Server") || !frontend::AddType(module, &PyCallType, "Call")) {
+  if ((PyServerType = frontend::MakeType(module, &PyServer_spec, "Server")) == nullptr ||
+      (PyCallType = frontend::MakeType(module, &PyCall_spec, "Call")) == nullptr) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -27,7 +27,6 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -868,30 +867,31 @@ void PyReq_dealloc(PyReq* self) {
     }
     req->Unref();
   }
-  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+  frontend::FreeInstance(reinterpret_cast<PyObject*>(self));
 }
 
 bool ParseHeaders(PyObject* headers, std::vector<std::pair<std::string, std::string>>* out) {
   PyObject* seq = PySequence_Fast(headers, "headers must be a sequence of (name, value) pairs");
   if (seq == nullptr) return false;
-  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  out->reserve(static_cast<size_t>(n));
+  Py_ssize_t n = PySequence_Size(seq);
+  out->reserve(static_cast<size_t>(n < 0 ? 0 : n));
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* pair = PySequence_Fast_GET_ITEM(seq, i);
+    PyObject* pair = PySequence_GetItem(seq, i);  // a list or tuple (PySequence_Fast): cannot fail
     const char* name;
     const char* value;
     Py_ssize_t name_len, value_len;
-    if (!PyArg_ParseTuple(pair, "y#y#", &name, &name_len, &value, &value_len)) {
-      Py_DECREF(seq);
-      return false;
-    }
-    if (memchr(name, '\n', name_len) || memchr(name, '\r', name_len) || memchr(value, '\n', value_len) ||
-        memchr(value, '\r', value_len)) {
+    bool parsed = pair != nullptr && PyArg_ParseTuple(pair, "y#y#", &name, &name_len, &value, &value_len);
+    if (parsed && (memchr(name, '\n', name_len) || memchr(name, '\r', name_len) || memchr(value, '\n', value_len) ||
+                   memchr(value, '\r', value_len))) {
       PyErr_SetString(PyExc_ValueError, "a header name or value holds a line break");
+      parsed = false;
+    }
+    if (parsed) out->emplace_back(std::string(name, name_len), std::string(value, value_len));
+    Py_XDECREF(pair);  // (name and value point into it: copied above)
+    if (!parsed) {
       Py_DECREF(seq);
       return false;
     }
-    out->emplace_back(std::string(name, name_len), std::string(value, value_len));
   }
   Py_DECREF(seq);
   return true;
@@ -1003,7 +1003,7 @@ PyObject* PyReq_body(PyReq* self, PyObject*) {
   size_t length = evbuffer_get_length(body);
   PyObject* bytes = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(length));
   if (bytes == nullptr) return nullptr;
-  if (length > 0) evbuffer_remove(body, PyBytes_AS_STRING(bytes), length);
+  if (length > 0) evbuffer_remove(body, PyBytes_AsString(bytes), length);
   evbuffer_free(body);
   self->req->body = nullptr;
   return bytes;
@@ -1020,7 +1020,7 @@ PyObject* PyReq_headers(PyReq* self, PyObject*) {
       Py_DECREF(list);
       return nullptr;
     }
-    PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), item);
+    PyList_SetItem(list, static_cast<Py_ssize_t>(i), item);  // steals `item`
   }
   return list;
 }
@@ -1071,7 +1071,18 @@ PyGetSetDef PyReq_getset[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
-PyTypeObject PyReqType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+PyType_Slot PyReq_slots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(PyReq_dealloc)},
+    {Py_tp_methods, PyReq_methods},
+    {Py_tp_getset, PyReq_getset},
+    {Py_tp_doc, const_cast<char*>("One HTTP request (made by Server.drain).")},
+    {0, nullptr},
+};
+
+PyType_Spec PyReq_spec = {"_httpnative.Request", sizeof(PyReq), 0,
+                           Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, PyReq_slots};
+
+PyTypeObject* PyReqType = nullptr;  // made at import (frontend::MakeType)
 
 struct PyServer {
   PyObject_HEAD
@@ -1127,7 +1138,7 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
 PyObject* PyServer_drain(PyServer* self, PyObject*) {
   auto wrap = [](Event& event) -> PyObject* {
     if (event.kind == REQUEST) {
-      PyReq* wrapped = PyObject_New(PyReq, &PyReqType);
+      PyReq* wrapped = PyObject_New(PyReq, PyReqType);
       if (wrapped == nullptr) {
         event.req->Unref();
         return nullptr;
@@ -1178,7 +1189,7 @@ void PyServer_dealloc(PyServer* self) {
   }
   // workers and hub are leaked on purpose: requests still held by Python point at them (a server
   // is made once per process)
-  Py_TYPE(self)->tp_free(reinterpret_cast<PyObject*>(self));
+  frontend::FreeInstance(reinterpret_cast<PyObject*>(self));
 }
 
 PyMethodDef PyServer_methods[] = {
@@ -1195,7 +1206,23 @@ PyMethodDef PyServer_methods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyTypeObject PyServerType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+PyType_Slot PyServer_slots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(PyType_GenericNew)},
+    {Py_tp_init, reinterpret_cast<void*>(PyServer_init)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(PyServer_dealloc)},
+    {Py_tp_methods, PyServer_methods},
+    {Py_tp_doc, const_cast<char*>(
+        "Server(fd, max_body, threads, timeout, declared_prefix, declared_suffix, too_large, bad_request): serve "
+        "HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its own) with `threads` "
+        "libevent threads, closing connections idle for `timeout` seconds. The bytes are the JSON bodies of the "
+        "answers given without Python: 413 for a declared body over max_body (prefix + its size + suffix), 413 "
+        "for a chunked one, 400 for a malformed request.")},
+    {0, nullptr},
+};
+
+PyType_Spec PyServer_spec = {"_httpnative.Server", sizeof(PyServer), 0, Py_TPFLAGS_DEFAULT, PyServer_slots};
+
+PyTypeObject* PyServerType = nullptr;  // made at import
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_httpnative",
                           "libevent (evhttp) front end that hands complete HTTP requests to Python.", -1, nullptr};
@@ -1207,31 +1234,10 @@ PyMODINIT_FUNC PyInit__httpnative(void) {
     PyErr_SetString(PyExc_ImportError, "libevent has no pthreads support");
     return nullptr;
   }
-  PyReqType.tp_name = "_httpnative.Request";
-  PyReqType.tp_basicsize = sizeof(PyReq);
-  PyReqType.tp_flags = Py_TPFLAGS_DEFAULT;
-  PyReqType.tp_dealloc = reinterpret_cast<destructor>(PyReq_dealloc);
-  PyReqType.tp_methods = PyReq_methods;
-  PyReqType.tp_getset = PyReq_getset;
-  PyReqType.tp_doc = "One HTTP request (made by Server.drain).";
-
-  PyServerType.tp_name = "_httpnative.Server";
-  PyServerType.tp_basicsize = sizeof(PyServer);
-  PyServerType.tp_flags = Py_TPFLAGS_DEFAULT;
-  PyServerType.tp_new = PyType_GenericNew;
-  PyServerType.tp_init = reinterpret_cast<initproc>(PyServer_init);
-  PyServerType.tp_dealloc = reinterpret_cast<destructor>(PyServer_dealloc);
-  PyServerType.tp_methods = PyServer_methods;
-  PyServerType.tp_doc =
-      "Server(fd, max_body, threads, timeout, declared_prefix, declared_suffix, too_large, bad_request): serve "
-      "HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its own) with `threads` "
-      "libevent threads, closing connections idle for `timeout` seconds. The bytes are the JSON bodies of the "
-      "answers given without Python: 413 for a declared body over max_body (prefix + its size + suffix), 413 "
-      "for a chunked one, 400 for a malformed request.";
-
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
-  if (!frontend::AddType(module, &PyServerType, "Server") || !frontend::AddType(module, &PyReqType, "Request")) {
+  if ((PyServerType = frontend::MakeType(module, &PyServer_spec, "Server")) == nullptr ||
+      (PyReqType = frontend::MakeType(module, &PyReq_spec, "Request")) == nullptr) {
     Py_DECREF(module);
     return nullptr;
   }
