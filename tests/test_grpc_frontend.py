@@ -304,7 +304,8 @@ def test_images_never_carry_the_module_built_here(tmp_path: Path) -> None:
 
 def test_images_take_the_native_wheel_only_when_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """TOOLKIT_GRPC_NATIVE_WHEELS names the wheels a gRPC image may carry (tests/test_build_e2e_grpc.py
-    builds and runs one); unset, images serve with grpcio's server."""
+    builds and runs one): one for the image's Python or for the stable ABI (cp311-abi3); unset, it
+    names none (the build finds or makes the wheel: tests/test_grpc_frontend_build.py)."""
     from toolkit.build.runtime_deps import GRPC_NATIVE, GRPC_NATIVE_WHEELS_ENV, native_requirement
 
     def grpc_native_requirement(python: str, arch: str):
@@ -317,8 +318,17 @@ def test_images_take_the_native_wheel_only_when_asked(tmp_path: Path, monkeypatc
     wheel.write_bytes(b"")
     requirement = grpc_native_requirement("3.11", "x86_64")
     assert requirement is not None and requirement.spec == str(wheel) and requirement.imports == ("toolkit_grpcnative",)
-    with pytest.raises(ValueError, match=r"no toolkit_grpcnative wheel for Python 3.12 on x86_64 \(cp312\)"):
+    with pytest.raises(ValueError, match=r"no toolkit_grpcnative wheel for Python 3.12 on x86_64 \(cp311-abi3 or cp312\)"):
         grpc_native_requirement("3.12", "x86_64")
+    # what build.py makes: the stable ABI's wheel, for every Python from 3.11 on
+    stable = tmp_path / "toolkit_grpcnative-0.1.0-cp311-abi3-manylinux_2_35_x86_64.whl"
+    stable.write_bytes(b"")
+    for python in ("3.12", "3.13"):
+        assert grpc_native_requirement(python, "x86_64").spec == str(stable)
+    with pytest.raises(ValueError, match=r"no toolkit_grpcnative wheel for Python 3.10 on x86_64"):
+        grpc_native_requirement("3.10", "x86_64")
+    with pytest.raises(ValueError, match=r"no toolkit_grpcnative wheel for Python 3.12 on aarch64"):
+        grpc_native_requirement("3.12", "aarch64")
 
 
 _CANCEL_STORM = """
