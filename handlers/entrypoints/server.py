@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import socket
 import threading
@@ -30,6 +29,7 @@ import uvicorn
 from .. import metrics, workers
 from ..app import create_app
 from ..errors import InferenceError
+from ..protocol import frontends
 from ..protocol.codec import encode_error
 from ..model_repository import ModelRepository
 
@@ -50,29 +50,21 @@ HTTP_FRONTEND_ENV = "TOOLKIT_HTTP_FRONTEND"
 HTTP_FRONTENDS = ("uvicorn", "native")
 
 
+NATIVE_HTTP_MODULE = "handlers.protocol.httpnative.server"
+
+
 def native_http_available() -> bool:
     """Whether the native HTTP front end's module (handlers/protocol/httpnative) is built."""
-    try:
-        from ..protocol.httpnative import server  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return frontends.importable(NATIVE_HTTP_MODULE)
 
 
 def http_frontend() -> str:
     """The HTTP front end to serve with: TOOLKIT_HTTP_FRONTEND (uvicorn or native), else native
     when its module is built (handlers/protocol/httpnative: libevent's evhttp on its own threads),
-    else uvicorn; the gRPC front end is chosen by the same rule. ValueError, with the reason, for
-    another value or for native when its module is not built."""
-    chosen = os.environ.get(HTTP_FRONTEND_ENV, "").strip().lower()
-    if chosen and chosen not in HTTP_FRONTENDS:
-        raise ValueError(f"{HTTP_FRONTEND_ENV}={chosen!r}: expected one of {', '.join(HTTP_FRONTENDS)}")
-    if chosen == "native" and not native_http_available():
-        raise ValueError(f"{HTTP_FRONTEND_ENV}=native but the native HTTP front end is not built "
-                         "(handlers/protocol/native/build.py http)")
-    if chosen:
-        return chosen
-    return "native" if native_http_available() else "uvicorn"
+    else uvicorn: the gRPC front end's rule (handlers/protocol/frontends.py). ValueError, with the
+    reason, for another value or for native when its module is not built."""
+    return frontends.choose(HTTP_FRONTEND_ENV, HTTP_FRONTENDS, "uvicorn", NATIVE_HTTP_MODULE,
+                            "HTTP front end is not built (handlers/protocol/native/build.py http)")
 
 
 def _fastest(module: str, fallback: str) -> str:

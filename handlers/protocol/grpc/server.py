@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from ... import limits, workers
+from .. import frontends
 from ...model_repository import ModelRepository
 from .service import SERVICE_NAME, InferenceService
 
@@ -36,26 +36,19 @@ FRONTEND_ENV = "TOOLKIT_GRPC_FRONTEND"
 FRONTENDS = ("native", "grpcio")
 
 
+NATIVE_MODULE = "handlers.protocol.grpc.nativeserver"
+
+
 def native_available() -> bool:
     """Whether the native front end's extension (handlers/protocol/grpc/native) is built."""
-    try:
-        from . import nativeserver  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return frontends.importable(NATIVE_MODULE)
 
 
 def frontend() -> str:
-    """The front end to serve with: TOOLKIT_GRPC_FRONTEND, else native when it is built."""
-    chosen = os.environ.get(FRONTEND_ENV, "").strip().lower()
-    if chosen and chosen not in FRONTENDS:
-        raise ValueError(f"{FRONTEND_ENV}={chosen!r}: expected one of {', '.join(FRONTENDS)}")
-    if chosen == "native" and not native_available():
-        raise ValueError(f"{FRONTEND_ENV}=native but the native gRPC front end is not built "
-                         "(handlers/protocol/native/build.py grpc)")
-    if chosen:
-        return chosen
-    return "native" if native_available() else "grpcio"
+    """The front end to serve with: TOOLKIT_GRPC_FRONTEND, else native when it is built
+    (handlers/protocol/frontends.py)."""
+    return frontends.choose(FRONTEND_ENV, FRONTENDS, "grpcio", NATIVE_MODULE,
+                            "gRPC front end is not built (handlers/protocol/native/build.py grpc)")
 
 
 class GrpcServer:
