@@ -38,7 +38,6 @@ CUDA libraries of a CUDA build) is resolved with the image's other requirements.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,20 +124,19 @@ HTTP_NATIVE_WHEELS_ENV = "TOOLKIT_HTTP_NATIVE_WHEELS"
 
 
 def _fits_python(filename: str, python: str) -> bool:
-    """Whether a wheel's Python and ABI tags (PEP 425) install on CPython `python` (`3.12`): built
-    for it (`cp312-cp312`), or for the stable ABI of it or an older 3.x (`cp311-abi3`)."""
-    parts = filename.removesuffix(".whl").split("-")
-    if len(parts) < 5:
+    """Whether a wheel's Python and ABI tags install on CPython `python` (`3.12`), as pip decides
+    (packaging.tags): built for it (`cp312-cp312`), or for the stable ABI of it or an older 3.x
+    (`cp311-abi3`)."""
+    from packaging.tags import cpython_tags
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
         return False
-    tag = "cp" + python.replace(".", "")
-    wanted = tuple(int(p) for p in python.split("."))
-    for interpreter in parts[-3].split("."):
-        for abi in parts[-2].split("."):
-            if interpreter == tag and abi == tag:
-                return True
-            if abi == "abi3" and re.fullmatch(r"cp3\d+", interpreter) and (3, int(interpreter[3:])) <= wanted:
-                return True
-    return False
+    version = tuple(int(part) for part in python.split("."))
+    supported = {(t.interpreter, t.abi) for t in cpython_tags(version, abis=["cp%d%d" % version], platforms=["any"])}
+    return any((t.interpreter, t.abi) in supported for t in tags)
 
 
 def native_requirement(wheel: RuntimeRequirement, variable: str, python: str, arch: str) -> RuntimeRequirement | None:
