@@ -24,11 +24,11 @@ require=
 case "$name" in
   grpc)
     skip=${TOOLKIT_GRPC_NATIVE:-1}; libraries=(grpc++); debian=libgrpc++-dev
-    module_dir=handlers/protocol/grpc; module=_grpcnative; check=handlers.protocol.grpc.nativeserver
+    check=handlers.protocol.grpc.nativeserver
     without="gRPC is served by grpcio's server" ;;
   http)
     skip=${TOOLKIT_HTTP_NATIVE:-1}; libraries=(libevent libevent_pthreads); debian=libevent-dev
-    module_dir=handlers/protocol/httpnative; module=_httpnative; check=handlers.protocol.httpnative.server
+    check=handlers.protocol.httpnative.server
     without="HTTP is served by uvicorn only (TOOLKIT_HTTP_FRONTEND=native is refused)" ;;
   *)
     echo "usage: scripts/native-frontend.sh grpc|http [--require]" >&2
@@ -48,7 +48,7 @@ give_up() {
 if [ -z "$require" ] && [ "$skip" = "0" ]; then
   exit 0
 fi
-module=$module_dir/$module.abi3.so  # the stable ABI: handlers/protocol/native/build.py
+module=$("$py" "$builder" "$name" --module-path)
 if [ -f "$module" ]; then
   stale=
   for source in $("$py" "$builder" "$name" --sources); do

@@ -3,6 +3,7 @@
     python handlers/protocol/native/build.py grpc|http [--output DIR]
     python handlers/protocol/native/build.py grpc|http --wheel DIR
     python handlers/protocol/native/build.py grpc|http --sources
+    python handlers/protocol/native/build.py grpc|http --module-path
 
 The module (`_grpcnative`, `_httpnative`) goes beside the Python that loads it
 (handlers/protocol/grpc/, handlers/protocol/httpnative/) unless `--output` says otherwise. Both
@@ -23,6 +24,7 @@ OpenSSL, upb: ~6.5 MB; libevent: ~0.5 MB). setuptools, wheel, auditwheel and pat
 PyPI into a temporary virtual environment.
 
 `--sources`: every file the build reads, one a line (what a wheel cache key must hash).
+`--module-path`: where the module goes (scripts/native-frontend.sh checks it is up to date).
 
 This folder, like each front end's native/ folder, is build-time code: images leave it out.
 """
@@ -194,10 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, help="where the module goes (default: beside its Python)")
     parser.add_argument("--wheel", type=Path, metavar="DIR", help="build a self-contained wheel into DIR instead")
     parser.add_argument("--sources", action="store_true", help="list the files the build reads, and build nothing")
+    parser.add_argument("--module-path", action="store_true", help="print where the module goes, and build nothing")
     args = parser.parse_args(argv)
     frontend = FRONTENDS[args.frontend]
     if args.sources:
         print("\n".join(map(str, frontend.sources)))
+        return 0
+    if args.module_path:
+        print((args.output or frontend.package) / frontend.output_name())
         return 0
     try:
         print(build_wheel(frontend, args.wheel) if args.wheel else build(frontend, args.output or frontend.package))

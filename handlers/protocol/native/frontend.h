@@ -9,7 +9,7 @@
 // Both modules are built against CPython's stable ABI (the limited API of 3.11: build.py defines
 // Py_LIMITED_API), so one build serves every CPython from 3.11 on: a wheel made with the Python
 // that runs `toolkit build` fits an image with another one (an `abi3` wheel). Their types are
-// therefore heap types made from a PyType_Spec (`MakeType`), whose instances hold a reference to
+// therefore heap types made from a PyType_Spec (`AddType`), whose instances hold a reference to
 // their type (`FreeInstance` drops it).
 
 #ifndef TOOLKIT_NATIVE_FRONTEND_H_
@@ -94,19 +94,21 @@ PyObject* DrainList(EventQueue<Event>& queue, Wrap wrap, Drop drop) {
   return result;
 }
 
-// Module setup: the heap type of `spec`, added to `module` under `name`. Returns a new reference
-// (the module's own is another), kept by the caller for the life of the process; nullptr with a
-// Python error set.
-inline PyTypeObject* MakeType(PyObject* module, PyType_Spec* spec, const char* name) {
+// Module setup: the heap type of `spec`, added to `module` under `name`. `keep`, for a type the
+// module instantiates itself, gets a reference of its own (the module's may be deleted from
+// Python), held for the life of the process. False with a Python error set.
+inline bool AddType(PyObject* module, PyType_Spec* spec, const char* name, PyTypeObject** keep = nullptr) {
   PyObject* type = PyType_FromSpec(spec);
-  if (type == nullptr) return nullptr;
-  Py_INCREF(type);
-  if (PyModule_AddObject(module, name, type) < 0) {  // steals a reference on success only
-    Py_DECREF(type);
-    Py_DECREF(type);
-    return nullptr;
+  if (type == nullptr) return false;
+  if (keep != nullptr) {
+    Py_INCREF(type);
+    *keep = reinterpret_cast<PyTypeObject*>(type);
   }
-  return reinterpret_cast<PyTypeObject*>(type);
+  if (PyModule_AddObject(module, name, type) < 0) {  // steals the reference on success only
+    Py_DECREF(type);
+    return false;
+  }
+  return true;
 }
 
 // The end of a tp_dealloc: free the object's memory, then drop its reference to its (heap) type.

@@ -528,7 +528,7 @@ PyType_Slot PyCall_slots[] = {
 PyType_Spec PyCall_spec = {"_grpcnative.Call", sizeof(PyCall), 0,
                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, PyCall_slots};
 
-PyTypeObject* PyCallType = nullptr;  // made at import (frontend::MakeType)
+PyTypeObject* PyCallType = nullptr;  // made at import (frontend::AddType)
 
 PyObject* WrapCall(Call* call) {
   if (call->py_ != nullptr) {
@@ -673,7 +673,6 @@ PyType_Slot PyServer_slots[] = {
 PyType_Spec PyServer_spec = {"_grpcnative.Server", sizeof(PyServer), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
                              PyServer_slots};
 
-PyTypeObject* PyServerType = nullptr;  // made at import
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_grpcnative",
                           "grpc++ front end that hands raw gRPC calls to Python.", -1, nullptr};
@@ -683,8 +682,8 @@ PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_grpcnative",
 PyMODINIT_FUNC PyInit__grpcnative(void) {
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
-  if ((PyServerType = frontend::MakeType(module, &PyServer_spec, "Server")) == nullptr ||
-      (PyCallType = frontend::MakeType(module, &PyCall_spec, "Call")) == nullptr) {
+  if (!frontend::AddType(module, &PyServer_spec, "Server") ||
+      !frontend::AddType(module, &PyCall_spec, "Call", &PyCallType)) {
     Py_DECREF(module);
     return nullptr;
   }

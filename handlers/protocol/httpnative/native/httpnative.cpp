@@ -1082,7 +1082,7 @@ PyType_Slot PyReq_slots[] = {
 PyType_Spec PyReq_spec = {"_httpnative.Request", sizeof(PyReq), 0,
                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, PyReq_slots};
 
-PyTypeObject* PyReqType = nullptr;  // made at import (frontend::MakeType)
+PyTypeObject* PyReqType = nullptr;  // made at import (frontend::AddType)
 
 struct PyServer {
   PyObject_HEAD
@@ -1222,7 +1222,6 @@ PyType_Slot PyServer_slots[] = {
 
 PyType_Spec PyServer_spec = {"_httpnative.Server", sizeof(PyServer), 0, Py_TPFLAGS_DEFAULT, PyServer_slots};
 
-PyTypeObject* PyServerType = nullptr;  // made at import
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_httpnative",
                           "libevent (evhttp) front end that hands complete HTTP requests to Python.", -1, nullptr};
@@ -1236,8 +1235,8 @@ PyMODINIT_FUNC PyInit__httpnative(void) {
   }
   PyObject* module = PyModule_Create(&module_def);
   if (module == nullptr) return nullptr;
-  if ((PyServerType = frontend::MakeType(module, &PyServer_spec, "Server")) == nullptr ||
-      (PyReqType = frontend::MakeType(module, &PyReq_spec, "Request")) == nullptr) {
+  if (!frontend::AddType(module, &PyServer_spec, "Server") ||
+      !frontend::AddType(module, &PyReq_spec, "Request", &PyReqType)) {
     Py_DECREF(module);
     return nullptr;
   }
