@@ -64,7 +64,7 @@ parameters [
 
 
 def make_repository(root: Path, framework: str, trees: int, features: int, instances: int,
-                    cpu_nthread: int | None = None) -> Path:
+                    cpu_nthread: int | None = None, depth: int = 6) -> Path:
     rng = np.random.default_rng(0)
     X = rng.standard_normal((20000, features)).astype(np.float32)
     y = ((X[:, 0] + X[:, 1] * X[:, 2] + 0.5 * rng.standard_normal(len(X))) > 0).astype(int)
@@ -73,13 +73,13 @@ def make_repository(root: Path, framework: str, trees: int, features: int, insta
     if framework == "xgboost":
         import xgboost
 
-        booster = xgboost.train({"objective": "binary:logistic", "max_depth": 6, "nthread": 1}, xgboost.DMatrix(X, label=y), trees)
+        booster = xgboost.train({"objective": "binary:logistic", "max_depth": depth, "nthread": 1}, xgboost.DMatrix(X, label=y), trees)
         booster.save_model(version / "xgboost.json")
         model_type = "xgboost_json"
     else:
         import lightgbm
 
-        booster = lightgbm.train({"objective": "binary", "num_leaves": 63, "verbose": -1, "num_threads": 1},
+        booster = lightgbm.train({"objective": "binary", "num_leaves": 2 ** depth - 1, "verbose": -1, "num_threads": 1},
                                  lightgbm.Dataset(X, label=y), trees)
         booster.save_model(version / "model.txt")
         model_type = "lightgbm"
@@ -126,6 +126,9 @@ def main() -> None:
     parser.add_argument("--framework", choices=["xgboost", "lightgbm"], default="xgboost")
     parser.add_argument("--trees", type=int, default=300)
     parser.add_argument("--features", type=int, default=32)
+    parser.add_argument("--depth", type=int, default=6,
+                        help="XGBoost max_depth (LightGBM: num_leaves 2^depth - 1). FIL's own example XGBoost model "
+                             "(its qa/generate_example_models.sh): --trees 500 --depth 7 --features 500")
     parser.add_argument("--instances", type=int, default=1)
     parser.add_argument("--cpu-nthread", type=int, default=None,
                         help="FIL's cpu_nthread parameter (default: unset, the CPU budget's share)")
@@ -143,7 +146,8 @@ def main() -> None:
                         help="only write the bench's repository to DIR (e.g. for bench/cold_start.py) and exit")
     args = parser.parse_args()
     if args.write_repository:
-        make_repository(args.write_repository, args.framework, args.trees, args.features, args.instances)
+        make_repository(args.write_repository, args.framework, args.trees, args.features, args.instances,
+                        depth=args.depth)
         print(f"wrote {args.write_repository / MODEL}")
         return
     if args.quick:
@@ -155,7 +159,7 @@ def main() -> None:
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         repo = make_repository(Path(tmp) / "models", args.framework, args.trees, args.features, args.instances,
-                               args.cpu_nthread)
+                               args.cpu_nthread, args.depth)
         urls = {}
         for arm in arms:  # one server per arm, all started first: the repeats interleave them
             urls[arm.name] = stack.enter_context(servers.toolkit_serve(
@@ -200,11 +204,12 @@ def main() -> None:
         "date": dt.date.today().isoformat(), "host": socket.gethostname(), "cpus": len(os.sched_getaffinity(0)),
         "machine": platform.processor() or platform.machine(), "load_at_start": load_at_start,
         "load_at_end": os.getloadavg()[0],
-        "framework": args.framework, "trees": args.trees, "features": args.features, "instances": args.instances,
+        "framework": args.framework, "trees": args.trees, "depth": args.depth, "features": args.features,
+        "instances": args.instances,
         "cpu_nthread": args.cpu_nthread,
         "concurrency": args.concurrency, "runs": runs, "summary": summary,
     }
-    print(f"\n{args.framework}, {args.trees} trees, {args.features} features, {args.instances} instance(s), "
+    print(f"\n{args.framework}, {args.trees} trees of depth {args.depth}, {args.features} features, {args.instances} instance(s), "
           f"concurrency {args.concurrency}, medians of {args.repeats}, load {load_at_start:.2f} at start, "
           f"{os.getloadavg()[0]:.2f} at end:\n"
           "| variant (client / server CPUs) | front end | rows/request | toolkit serve infer/s | p95 ms | executed batch (rows) | "
@@ -216,7 +221,8 @@ def main() -> None:
               f"{s['ceiling_median']:.0f} | {100 * s['ratio']:.1f} % | {target} |")
     if not args.quick:
         args.output.mkdir(parents=True, exist_ok=True)
-        path = args.output / f"{result['date']}-fil-{args.framework}-{result['host']}.json"
+        size = "" if (args.trees, args.depth, args.features) == (300, 6, 32) else f"-{args.trees}x{args.depth}x{args.features}"
+        path = args.output / f"{result['date']}-fil-{args.framework}{size}-{result['host']}.json"
         path.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {path}")
 
