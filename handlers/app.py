@@ -63,7 +63,12 @@ def infer_target(scope: Scope) -> tuple[str, int | None] | None:
     /v2/models/{name}[/versions/{v}]/infer` without a query string; None for anything else."""
     if scope["type"] != "http" or scope["method"] != "POST" or scope.get("query_string"):
         return None
-    match = _INFER_PATH.fullmatch(_route_path(scope))
+    return infer_path(_route_path(scope))
+
+
+def infer_path(path: str) -> tuple[str, int | None] | None:
+    """(model, version) of an inference request's path (`infer_target` without the scope)."""
+    match = _INFER_PATH.fullmatch(path)
     if match is None:
         return None
     version = match.group(2)

@@ -16,12 +16,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from . import cpu_budget
 from .backends import backend_module
 from .backends.ensemble import EnsembleScheduler
-from .batching import DynamicBatcher
+from .batching import DynamicBatcher, PendingRequest
 from .errors import ErrorCode, InferenceError, internal, not_found, unavailable, unsupported
 from .inference import InferOutcome, InferRequest, InferResponse
 from .instance_group import instance_slots
@@ -106,6 +107,23 @@ class LoadedModel:
         if self.decoupled:
             raise decoupled_error()
         return await self.scheduler.infer(request)
+
+    @property
+    def queues_callbacks(self) -> bool:
+        """Whether `submit` takes this model's requests (its scheduler is a batcher); an ensemble
+        runs each request as a coroutine, through `infer` only."""
+        return hasattr(self.scheduler, "submit")
+
+    def submit(self, request: InferRequest, callback: Callable[[InferOutcome], None]) -> PendingRequest:
+        """Queue a request to a model that is not decoupled (one whose `queues_callbacks`);
+        `callback(outcome)` is called once, from a worker thread (handlers.batching.OnLoop has it
+        answered on an event loop). Raises InferenceError when it cannot be queued. The queued
+        request's `cancel()` takes it out of the queue (unless it already runs)."""
+        if self.scheduler is None or not self.ready:
+            raise self.not_ready_error()
+        if self.decoupled:
+            raise decoupled_error()
+        return self.scheduler.submit(request, callback)
 
     def infer_sync(self, request: InferRequest, timeout: float | None = None) -> InferResponse:
         if self.scheduler is None or not self.ready:

@@ -19,7 +19,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from handlers.batching import BatchExecution, DynamicBatcher, FailureReason, merge_inputs, split_outputs
+from handlers.batching import BatchExecution, DynamicBatcher, FailureReason, OnLoop, merge_inputs, split_outputs
 from handlers.batching.batcher import BatcherState
 from handlers.errors import ErrorCode, InferenceError, invalid_argument
 from handlers.inference import InferOutcome, InferRequest, InferResponse
@@ -640,6 +640,52 @@ def test_async_infer_returns_the_response_and_raises_errors(batchers):
             await batcher.infer(request("bad"))
 
     asyncio.run(main())
+
+
+def test_on_loop_callbacks_run_on_the_loop_after_one_wake_up_per_batch(batchers):
+    """`OnLoop` (the native HTTP front end's answers): a batch's outcomes reach their functions on
+    the loop's thread, in order, through one call_soon_threadsafe for the whole batch; a closed
+    loop drops them."""
+    instance = GatedInstance("m_0")
+    batcher = make(batchers, config(dynamic_batching={}), [instance])
+    batcher.start()
+    results = Results()
+    submit(batcher, results, "first")  # the instance is busy: the next three queue and form one batch
+    assert instance.next_batch() == ["first"]
+    loop = asyncio.new_event_loop()
+    wake_ups = []
+    call_soon_threadsafe = loop.call_soon_threadsafe
+
+    def counted(callback, *args, **kwargs):
+        wake_ups.append(threading.current_thread().name)
+        return call_soon_threadsafe(callback, *args, **kwargs)
+
+    loop.call_soon_threadsafe = counted
+    answered: list[tuple[str, str, int]] = []
+    for name in ("a", "b", "c"):
+        batcher.submit(request(name), OnLoop(loop, lambda outcome, name=name: answered.append(
+            (name, outcome.id, threading.get_ident()))))
+    instance.release()
+    assert instance.next_batch() == ["a", "b", "c"]
+    instance.release()
+
+    async def until_answered():
+        while len(answered) < 3:
+            await asyncio.sleep(0.001)
+
+    try:
+        loop.run_until_complete(asyncio.wait_for(until_answered(), WAIT))
+    finally:
+        loop.close()
+    here = threading.get_ident()
+    assert answered == [("a", "a", here), ("b", "b", here), ("c", "c", here)]
+    assert wake_ups == ["batcher-m-m_0"]
+    results.wait("first")
+    batcher.submit(request("late"), OnLoop(loop, lambda outcome: answered.append(("late", outcome.id, 0))))
+    instance.release()
+    assert instance.next_batch() == ["late"]
+    batcher.stop(drain=True, timeout=WAIT)  # delivered to a closed loop: dropped, the worker goes on
+    assert len(answered) == 3
 
 
 def test_cancelled_async_infer_leaves_the_queue(batchers):

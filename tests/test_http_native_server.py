@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -15,6 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from serving import NEEDS_NATIVE_HTTP, read_response
 
 pytestmark = NEEDS_NATIVE_HTTP
@@ -293,3 +295,74 @@ def test_a_drain_closes_idle_connections_at_once_and_lets_a_request_in_flight_fi
             assert (status, body, headers["connection"]) == (200, b"hello", "close")
             stopping.join(30)
             assert server.served.is_set()
+
+
+@pytest.fixture
+def quickstart_app(tmp_path):
+    """The runtime's app over samples/quickstart (add_sub: dynamic batching, 2 instances), loaded
+    in this process."""
+    from handlers.app import create_app
+    from handlers.manifest import Manifest
+    from handlers.model_repository import ModelRepository
+    from serving import ROOT
+    from toolkit.repository.compile import compile_repository
+
+    compiled = compile_repository(ROOT / "samples" / "quickstart")
+    assert compiled.ok, compiled.failures
+    manifest = Manifest.load(compiled.write_manifest(tmp_path / "models.json"), ROOT / "samples" / "quickstart")
+    repository = ModelRepository(manifest)
+    repository.load()
+    try:
+        yield create_app(repository)
+    finally:
+        repository.stop(drain=False, timeout=10)
+
+
+def _infer(sock: socket.socket, buffer: bytearray, path: str = "/v2/models/add_sub/infer") -> tuple[int, Any]:
+    body = json.dumps({"inputs": [{"name": name, "shape": [1, 16], "datatype": "FP32", "data": list(range(16))}
+                                  for name in ("INPUT0", "INPUT1")]}).encode()
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    status, _, payload = read_response(sock, buffer)
+    return status, json.loads(payload)
+
+
+def test_inference_requests_are_queued_without_a_task_and_answered(quickstart_app, monkeypatch, caplog):
+    """Inference requests to a batched model take the queued path (routes.submit_infer: decoded
+    and queued as they arrive, answered from the loop when the batch is done), not a task each.
+    A failure after the batch (here the reply's encoding raising) is answered as the app's
+    exception handler answers it, 500 naming the exception's type only, logged, and the server
+    goes on."""
+    from handlers.protocol import routes
+    from handlers.protocol.httpnative.server import NativeHttpServer
+
+    tasks = []
+    real_handle = NativeHttpServer._handle
+
+    async def handle(self, request):  # every request that does not take the queued path
+        tasks.append(request.uri)
+        await real_handle(self, request)
+
+    monkeypatch.setattr(NativeHttpServer, "_handle", handle)
+    real_encode = routes.encode_response
+    failures = [RuntimeError("the reply's encoding failed")]
+
+    def encode(*args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return real_encode(*args, **kwargs)
+
+    monkeypatch.setattr(routes, "encode_response", encode)
+    with running(quickstart_app) as server, server.connect() as sock:
+        buffer = bytearray()
+        status, body = _infer(sock, buffer)
+        assert (status, body) == (500, {"error": "internal error: RuntimeError"})
+        assert "internal error serving POST /v2/models/add_sub/infer" in caplog.text
+        status, body = _infer(sock, buffer)
+        assert status == 200
+        assert body["outputs"][0]["data"] == [2.0 * i for i in range(16)]
+        status, body = _infer(sock, buffer, "/v2/models/nothing/infer")  # refused before queueing
+        assert (status, body) == (404, {"error": "Request for unknown model: 'nothing' is not found"})
+        assert tasks == []
+        status, _ = _infer(sock, buffer, "/v2/models/add_sub/infer?x=1")  # not the fast path: a task
+        assert status == 200 and tasks == [b"/v2/models/add_sub/infer?x=1"]

@@ -9,7 +9,7 @@
 - merge.py: concatenating a batch's inputs and splitting its outputs per request
 """
 
-from .batcher import BatcherState, DynamicBatcher, ModelInstance
+from .batcher import BatcherState, DynamicBatcher, ModelInstance, OnLoop
 from .formation import Formation, form_batch
 from .merge import batch_sizes, merge_inputs, requested_output_names, split_outputs
 from .observer import BatcherObserver, BatchExecution, FailureReason
@@ -25,6 +25,7 @@ __all__ = [
     "FailureReason",
     "Formation",
     "ModelInstance",
+    "OnLoop",
     "PendingRequest",
     "PriorityQueue",
     "QueuePolicy",

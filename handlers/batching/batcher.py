@@ -408,14 +408,16 @@ class DynamicBatcher:
         self._deliver(pending, error)
 
     def _deliver_all(self, finished: list[tuple[PendingRequest, InferOutcome]]) -> None:
-        """Deliver a batch's outcomes in order. Requests awaited on an event loop (`infer`) are
-        settled by one `call_soon_threadsafe` per loop and batch instead of one per request: one
-        wake-up of the loop and one callback there for the whole batch."""
-        settle: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[InferOutcome], InferOutcome]]] = {}
+        """Deliver a batch's outcomes in order. Requests awaited on an event loop (`infer`) or
+        answered on one (`OnLoop`) are settled by one `call_soon_threadsafe` per loop and batch
+        instead of one per request: one wake-up of the loop and one callback there for the whole
+        batch."""
+        settle: dict[asyncio.AbstractEventLoop, list[tuple[_LoopCallback | OnLoop, InferOutcome]]] = {}
         for pending, outcome in finished:
             callback = pending.callback
-            if type(callback) is _LoopCallback:
-                settle.setdefault(callback.loop, []).append((callback.future, outcome))
+            kind = type(callback)
+            if kind is _LoopCallback or kind is OnLoop:
+                settle.setdefault(callback.loop, []).append((callback, outcome))
             else:
                 self._deliver(pending, outcome)
         for loop, outcomes in settle.items():
@@ -456,17 +458,40 @@ class _LoopCallback:
 
     def __call__(self, outcome: InferOutcome) -> None:
         try:
-            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+            self.loop.call_soon_threadsafe(self.settle, outcome)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
+    def settle(self, outcome: InferOutcome) -> None:
+        """On the loop."""
+        if not self.future.done():
+            self.future.set_result(outcome)
 
-def _settle(future: asyncio.Future[InferOutcome], outcome: InferOutcome) -> None:
-    if not future.done():
-        future.set_result(outcome)
+
+class OnLoop:
+    """A `submit` callback that runs `function(outcome)` on `loop` (an event loop's thread):
+    what a transport that answers requests without a task or a future gives (the native HTTP
+    front end, handlers/protocol/httpnative/server.py). Like `infer`'s futures, a batch's
+    outcomes for one loop are delivered by one wake-up of it. `function` must not raise (the
+    loop's exception handler would only log it) and is called once, unless the loop is closed."""
+
+    __slots__ = ("function", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, function: Callback) -> None:
+        self.loop = loop
+        self.function = function
+
+    def __call__(self, outcome: InferOutcome) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.function, outcome)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+    def settle(self, outcome: InferOutcome) -> None:
+        """On the loop."""
+        self.function(outcome)
 
 
-def _settle_all(outcomes: list[tuple[asyncio.Future[InferOutcome], InferOutcome]]) -> None:
-    for future, outcome in outcomes:
-        if not future.done():
-            future.set_result(outcome)
+def _settle_all(outcomes: list[tuple[_LoopCallback | OnLoop, InferOutcome]]) -> None:
+    for callback, outcome in outcomes:
+        callback.settle(outcome)

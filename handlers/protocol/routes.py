@@ -14,8 +14,10 @@ The infer route enforces the request size limits of handlers/limits.py (413).
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -27,8 +29,9 @@ from .. import __version__
 from .. import limits
 from .. import metrics, workers
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type
+from ..batching import OnLoop
 from ..errors import ErrorCode, InferenceError
-from ..inference import InferRequest
+from ..inference import InferOutcome, InferRequest
 from ..model_repository import LoadedModel, ModelRepository, decoupled_error
 from .codec import decode_request, encode_error, encode_response
 from .compression import compress, decompress
@@ -548,6 +551,56 @@ def run_infer_sync(
     except InferenceError as error:
         return _failed_reply(model_name, error)
     return _ok_reply(payload, reply_headers, headers)
+
+
+def submit_infer(
+    repository: ModelRepository,
+    model_name: str,
+    model_version: int | None,
+    headers: InferHeaders,
+    body: Callable[[], bytes],
+    loop: asyncio.AbstractEventLoop,
+    answer: Callable[[InferReply | Exception], None],
+) -> bool:
+    """`run_infer` for a whole body (`body()`, taken once the model is known to take the request
+    this way), without a task or a coroutine: the request is decoded,
+    validated and queued here, and `answer(reply)` runs on `loop` once its batch is done, a
+    batch's replies delivered by one wake-up of the loop (handlers.batching.OnLoop). A request
+    refused before it is queued is answered at once. Where run_infer would raise something other
+    than an InferenceError, `answer` gets that exception. False, and nothing done, when the model
+    runs requests as coroutines only (ensembles): run_infer serves those."""
+    try:
+        model = _infer_target(repository, model_name, model_version, headers)
+        if not model.queues_callbacks:
+            return False
+        raw = body()
+        limits.check_body(raw, limits.LIMITS)
+        infer_request = _infer_request(model, headers, raw)
+        model.submit(infer_request, OnLoop(loop, functools.partial(_finish_infer, model, infer_request, headers,
+                                                                   answer)))
+    except InferenceError as error:
+        answer(_failed_reply(model_name, error))
+    except Exception as exc:
+        answer(exc)
+    return True
+
+
+def _finish_infer(model: LoadedModel, infer_request: InferRequest, headers: InferHeaders,
+                  answer: Callable[[InferReply | Exception], None], outcome: InferOutcome) -> None:
+    """`submit_infer`'s second half, on the loop: the outcome's reply, as run_infer makes it."""
+    if isinstance(outcome, InferenceError):
+        answer(_failed_reply(model.name, outcome))
+        return
+    try:
+        payload, reply_headers = encode_response(outcome, infer_request, model.spec.config, labels=model.labels,
+                                                 io=model.io)
+        reply = _ok_reply(payload, reply_headers, headers)
+    except InferenceError as error:
+        reply = _failed_reply(model.name, error)
+    except Exception as exc:
+        answer(exc)
+        return
+    answer(reply)
 
 
 @router.post("/v2/models/{model_name}/infer", **_INFER_DOC)

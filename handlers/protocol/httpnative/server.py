@@ -29,6 +29,7 @@ app's `receive` answers `http.disconnect`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import socket
 from collections.abc import AsyncIterator
@@ -36,9 +37,9 @@ from typing import Any
 from urllib.parse import unquote
 
 from ... import limits
-from ...app import infer_target, internal_error_reply, reply_headers
+from ...app import infer_path, infer_target, internal_error_reply, reply_headers
 from ..codec import encode_error
-from ..routes import InferHeaders, run_infer
+from ..routes import InferHeaders, InferReply, run_infer, submit_infer
 
 try:  # built in the tree (handlers/protocol/native/build.py http) ...
     from . import _httpnative
@@ -106,6 +107,7 @@ class NativeHttpServer:
         self._exchanges: dict[int, _Exchange] = {}  # by request id: those the ASGI app serves
         self._server: tuple[str, int] | None = None
         self._draining = False
+        self._finished = False
 
     # -- the part of uvicorn.Server the runner uses -------------------------------------------
 
@@ -144,6 +146,7 @@ class NativeHttpServer:
         self._native.stop_accepting()
         sock.close()  # with the workers' copies gone too, the kernel refuses new connections
         await loop.run_in_executor(None, self._native.shutdown, self.graceful_seconds)
+        self._finished = True
         self._drain()
         loop.remove_reader(self._native.fileno())
         tasks = list(self._tasks)
@@ -167,9 +170,37 @@ class NativeHttpServer:
                 if exchange is not None:
                     exchange.writable()
                 continue
+            if self._infer(event):
+                continue
             task = loop.create_task(self._handle(event))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _infer(self, request: Any) -> bool:
+        """An inference request the fast path takes, to a model with a batcher: decoded, checked
+        and queued now, answered on the loop when its batch is done (routes.submit_infer), with
+        no task, scope or coroutine made for it. False for any other request (`_handle` serves
+        it in a task)."""
+        if request.method != "POST":
+            return False
+        raw_path, query = _split_target(request.uri)
+        if query:
+            return False
+        path = raw_path.decode("latin-1")
+        if "%" in path:
+            path = unquote(path)
+        target = infer_path(path)
+        if target is None:
+            return False
+        return submit_infer(self.app.state.repository, *target, InferHeaders.from_raw(request.headers()),
+                            request.body, self._loop, functools.partial(self._answer, request, path))
+
+    def _answer(self, request: Any, path: str, reply: InferReply | Exception) -> None:
+        if isinstance(reply, Exception):
+            reply = internal_error_reply({"method": "POST", "path": path}, reply)
+        if self._finished:  # the front end stopped: the connection is gone
+            return
+        request.reply(reply.status, reply_headers(reply), reply.body, self._draining)
 
     def _scope(self, request: Any) -> dict[str, Any]:
         raw_path, query = _split_target(request.uri)
