@@ -1,6 +1,6 @@
 """The gRPC port keeps the REST port's guarantees: size limits, malformed protobufs and absurd
 shapes answered with INVALID_ARGUMENT (never a crash, never INTERNAL), fuzzing with hypothesis,
-a cancelled stream frees its queue slots, and SIGTERM drains the streams in flight.
+cancelled calls and streams free their queue slots, and SIGTERM drains the streams in flight.
 """
 
 from __future__ import annotations
@@ -310,6 +310,36 @@ def test_cancelled_stream_frees_its_queue_slots(server, channel):
     for thread in threads:
         thread.join(60)
     assert sorted(results) == ["u0", "u1"], results
+
+
+def test_cancelled_unary_calls_free_their_queue_slots(server, channel):
+    """As the stream above, with ModelInfer calls (which the native front end queues without a
+    task: InferenceService.queue_model_infer): one executing and two queued, then the client
+    cancels the queued two; they leave the queue at once and two new requests are accepted."""
+    stub = pbg.GRPCInferenceServiceStub(channel)
+    running = stub.ModelInfer.future(_slow(1.5, rid="r0"), timeout=30)
+    time.sleep(0.3)  # executing
+    queued = [stub.ModelInfer.future(_slow(1.5, rid=f"q{n}"), timeout=30) for n in range(2)]
+    time.sleep(0.3)  # both queued
+    for call in queued:
+        call.cancel()
+    time.sleep(0.2)
+    results: list = []
+
+    def infer(rid: str) -> None:
+        try:
+            results.append(stub.ModelInfer(_slow(0.01, rid), timeout=30).id)
+        except grpc.RpcError as error:
+            results.append((error.code().name, error.details()))
+
+    threads = [threading.Thread(target=infer, args=(f"u{n}",)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(results) == ["u0", "u1"], results
+    assert running.result().id == "r0"
+    assert all(call.cancelled() for call in queued)
 
 
 def test_sigterm_drains_streams_in_flight(repository):

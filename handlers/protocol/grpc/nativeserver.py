@@ -14,7 +14,9 @@ use (`abort`, `set_code`, `set_details`, `write`, `invocation_metadata`, `peer`,
 `time_remaining`, `cancelled`, `done`). Semantics follow grpcio's: an unknown method is
 UNIMPLEMENTED "Method not found!", an exception escaping a handler is UNKNOWN "Unexpected <class>:
 text", a client's cancellation cancels the handler's task, `stop(grace)` refuses new RPCs and
-cancels those still running after `grace` seconds.
+cancels those still running after `grace` seconds. A method given `add_queued_method` (ModelInfer)
+is answered by the service itself when its batch is done, with no task per call; a cancelled call
+takes its request out of the batcher's queue.
 
 Streaming requests are read one message ahead (the next is asked for when the handler takes
 one), so a slow handler holds back a fast client as grpcio's does; a response stream's writer
@@ -26,8 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -151,10 +154,11 @@ class _Requests:
 class _State:
     """A call's Python side (in `call.tag`)."""
 
-    __slots__ = ("requests", "task", "writable")
+    __slots__ = ("cancel", "requests", "task", "writable")
 
     def __init__(self, requests: _Requests | None) -> None:
         self.task: asyncio.Task[None] | None = None
+        self.cancel: Callable[[], object] | None = None  # a queued call's (add_queued_method)
         self.requests = requests
         self.writable: asyncio.Future[None] | None = None
 
@@ -190,6 +194,7 @@ class NativeServer:
         self._reuse_port = bool(settings.get("grpc.so_reuseport", 1))
         self._generic: list[grpc.GenericRpcHandler] = []
         self._methods: dict[str, Any] = {}  # full method name -> RpcMethodHandler, for served methods
+        self._queued: dict[str, Callable[..., Any]] = {}  # full method name -> add_queued_method's function
         self._native: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -202,6 +207,14 @@ class NativeServer:
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         self.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+
+    def add_queued_method(self, method: str, queue: Callable[..., Any]) -> None:
+        """Serve the unary `method` (its full name) by `queue(payload, loop, reply, fail)` rather
+        than its method handler: a function that answers the call itself, later, on this loop
+        (`reply(bytes)` or `fail(status, details)`), with no task made for it. It returns the
+        call's cancel function (or None when it answered already), or False to leave the call to
+        the method handler (InferenceService.queue_model_infer)."""
+        self._queued[method] = queue
 
     def add_insecure_port(self, address: str) -> int:
         """Bind and start accepting (the calls wait until `start`); the bound port, 0 when the
@@ -285,12 +298,17 @@ class NativeServer:
                     state.requests.close()
                 if state.task is not None:
                     state.task.cancel()
+                if state.cancel is not None:
+                    state.cancel()  # a queued request leaves the queue
                 # finished here too: a task cancelled before its first step never runs its own
                 # handler of the cancellation (a call finishes once; the task's later finish is a no-op)
                 call.finish(_CODE[grpc.StatusCode.CANCELLED], "Cancelled")
 
     def _begin(self, loop: asyncio.AbstractEventLoop, call: Any, payload: bytes | None) -> None:
         """A call's first event: its first message (None: the client sent none)."""
+        queue = self._queued.get(call.method)
+        if queue is not None and payload is not None and self._queue(loop, call, queue, payload):
+            return
         handler = self._handler(call.method, ())
         if handler is _NOT_FOUND:
             call.finish(_CODE[grpc.StatusCode.UNIMPLEMENTED], "Method not found!")
@@ -313,6 +331,17 @@ class NativeServer:
         task = state.task = loop.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    def _queue(loop: asyncio.AbstractEventLoop, call: Any, queue: Callable[..., Any], payload: bytes) -> bool:
+        """A call `add_queued_method`'s function takes; False when it leaves it to the handler."""
+        state = call.tag = _State(None)
+        cancel = queue(payload, loop, functools.partial(_queued_reply, call), functools.partial(_queued_fail, call))
+        if cancel is False:
+            call.tag = None
+            return False
+        state.cancel = cancel
+        return True
 
     async def _unary(self, call: Any, handler: Any, payload: bytes) -> None:
         serialize = handler.response_serializer
@@ -366,6 +395,16 @@ class NativeServer:
         else:
             call.finish(_CODE[grpc.StatusCode.INTERNAL], "Server is exiting")
             raise exc
+
+
+def _queued_reply(call: Any, data: bytes) -> None:
+    call.tag = None
+    call.reply(data)
+
+
+def _queued_fail(call: Any, code: grpc.StatusCode, details: str) -> None:
+    call.tag = None
+    call.finish(_CODE[code], details)
 
 
 def available() -> bool:

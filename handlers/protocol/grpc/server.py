@@ -71,6 +71,8 @@ class GrpcServer:
             from .nativeserver import NativeServer
 
             self.server = NativeServer(options)
+            # ModelInfer to a batched model: queued as it arrives, answered when its batch is done
+            self.server.add_queued_method(f"/{SERVICE_NAME}/ModelInfer", self.service.queue_model_infer)
         else:
             self.server = grpc.aio.server(options=options)
         self.server.add_generic_rpc_handlers((self.service.handler(),))

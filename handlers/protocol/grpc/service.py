@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -32,8 +33,9 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from ... import limits, workers
+from ...batching import OnLoop
 from ...errors import ErrorCode, InferenceError, invalid_argument, not_found, unavailable, unsupported
-from ...inference import InferRequest
+from ...inference import InferOutcome, InferRequest
 from ...limits import PayloadTooLarge
 from ...model_repository import LoadedModel, ModelRepository
 from ...streaming import StreamEvent
@@ -131,15 +133,10 @@ class InferenceService:
         async def behavior(data: bytes, context: grpc.aio.ServicerContext) -> Any:
             try:
                 return await implementation(_parse(request_class, data))
-            except InferenceError as error:
-                if error.http_status >= 500 and error.code is not ErrorCode.UNAVAILABLE:
-                    log.error("%s failed (%s): %s", name, error.code.name, error)
-                await context.abort(status_of(error), error.message)
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # our own fault: logged, never sent
-                log.exception("internal error serving %s", name)
-                await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}")
+            except Exception as exc:
+                await context.abort(*_failure(name, exc))
 
         behavior.__name__ = name
         return behavior
@@ -280,11 +277,14 @@ class InferenceService:
 
     # -- inference ------------------------------------------------------------------------------
 
-    def _request(self, message: Any, *, unary: bool) -> tuple[LoadedModel, InferRequest, bool]:
-        """A ModelInferRequest as the runtime's request (validated, within the limits), its model,
-        and whether the client asked for an empty final response. ModelInfer refuses a decoupled
-        model, as tritonserver does (its responses need ModelStreamInfer)."""
-        model = self._ready_model(message.model_name, message.model_version)
+    def _request(self, message: Any, *, unary: bool, model: LoadedModel | None = None,
+                 ) -> tuple[LoadedModel, InferRequest, bool]:
+        """A ModelInferRequest as the runtime's request (validated, within the limits), its model
+        (`model`, or the one it names), and whether the client asked for an empty final response.
+        ModelInfer refuses a decoupled model, as tritonserver does (its responses need
+        ModelStreamInfer)."""
+        if model is None:
+            model = self._ready_model(message.model_name, message.model_version)
         if unary and model.decoupled:
             raise unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
         config = model.spec.config
@@ -310,6 +310,44 @@ class InferenceService:
     async def ModelInfer(self, request: Any) -> Any:  # noqa: N802
         reply, _ = await self._infer(request)
         return reply
+
+    def queue_model_infer(self, data: bytes, loop: asyncio.AbstractEventLoop, reply: Callable[[bytes], None],
+                          fail: Callable[[grpc.StatusCode, str], None]) -> Callable[[], bool] | None | bool:
+        """ModelInfer without a task or a coroutine, for a front end that answers calls itself
+        (handlers/protocol/grpc/nativeserver.py): the request is parsed, checked and queued here,
+        and `reply(response bytes)` or `fail(status, details)` runs on `loop` once its batch is
+        done (a batch's answers delivered by one wake-up of the loop: handlers.batching.OnLoop);
+        a request refused before it is queued is answered at once. The answers, errors and logs
+        are ModelInfer's. Returns the queued request's `cancel` (for a cancelled call: it leaves
+        the queue unless it already runs), None when it was answered at once, or False, with
+        nothing answered, for a model that runs requests as coroutines only (ensembles): the
+        method handler serves those."""
+        try:
+            message = _parse(self.pb.ModelInferRequest, data)
+            model = self._ready_model(message.model_name, message.model_version)
+            if not model.queues_callbacks:
+                return False
+            _, request, _ = self._request(message, unary=True, model=model)
+            return model.submit(request, OnLoop(loop, functools.partial(self._answer_queued, model, request,
+                                                                        reply, fail))).cancel
+        except Exception as exc:
+            fail(*_failure("ModelInfer", exc))
+        return None
+
+    def _answer_queued(self, model: LoadedModel, request: InferRequest, reply: Callable[[bytes], None],
+                       fail: Callable[[grpc.StatusCode, str], None], outcome: InferOutcome) -> None:
+        """`queue_model_infer`'s second half, on the loop."""
+        if isinstance(outcome, InferenceError):
+            fail(*_failure("ModelInfer", outcome))
+            return
+        try:
+            response = self.pb.ModelInferResponse()
+            encode_infer_response(outcome, request, model.spec.config, response, labels=model.labels, io=model.io)
+            data = _serialize(response)
+        except Exception as exc:
+            fail(*_failure("ModelInfer", exc))
+            return
+        reply(data)
 
     async def _responses(self, message: Any) -> AsyncIterator[Any]:
         """The stream responses of one request: every response the model gives, the last one
@@ -470,6 +508,18 @@ def _parse(request_class: Any, data: bytes) -> Any:
             f"failed to parse the request: not a valid inference.{request_class.DESCRIPTOR.name} protobuf "
             f"({type(exc).__name__})"
         ) from None
+
+
+def _failure(name: str, exc: Exception) -> tuple[grpc.StatusCode, str]:
+    """The status and details an RPC that raised `exc` ends with: an InferenceError's own (logged
+    when the server is at fault), else INTERNAL naming only the exception's type (our own fault:
+    logged with its traceback, never sent)."""
+    if isinstance(exc, InferenceError):
+        if exc.http_status >= 500 and exc.code is not ErrorCode.UNAVAILABLE:
+            log.error("%s failed (%s): %s", name, exc.code.name, exc)
+        return status_of(exc), exc.message
+    log.error("internal error serving %s", name, exc_info=exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
 
 
 def _serialize(message: Any) -> bytes:
