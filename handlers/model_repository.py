@@ -14,9 +14,9 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from collections.abc import Callable
 from typing import Any
 
 from . import cpu_budget

@@ -28,8 +28,8 @@ from fastapi.responses import Response
 from .. import __version__
 from .. import limits
 from .. import metrics, workers
-from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..batching import OnLoop
+from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import ErrorCode, InferenceError
 from ..inference import InferOutcome, InferRequest
 from ..model_repository import LoadedModel, ModelRepository, decoupled_error
@@ -563,10 +563,10 @@ def submit_infer(
     answer: Callable[[InferReply | Exception], None],
 ) -> bool:
     """`run_infer` for a whole body (`body()`, taken once the model is known to take the request
-    this way), without a task or a coroutine: the request is decoded,
-    validated and queued here, and `answer(reply)` runs on `loop` once its batch is done, a
-    batch's replies delivered by one wake-up of the loop (handlers.batching.OnLoop). A request
-    refused before it is queued is answered at once. Where run_infer would raise something other
+    this way), without a task or a coroutine: the request is decoded, validated and queued here,
+    and `answer(reply)` runs on `loop` once its batch is done, a batch's replies delivered by one
+    wake-up of the loop (handlers.batching.OnLoop). A request refused before it is queued is
+    answered at once. Where run_infer would raise something other
     than an InferenceError, `answer` gets that exception. False, and nothing done, when the model
     runs requests as coroutines only (ensembles): run_infer serves those."""
     try:
