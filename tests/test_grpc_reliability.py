@@ -280,7 +280,26 @@ def test_server_survives_the_fuzzing(channel):
     _check_alive(channel)
 
 
-# --- streams: cancellation and drain -------------------------------------------------------------------
+# --- cancellation and drain ---------------------------------------------------------------------------
+
+
+def _two_more_are_accepted(stub) -> None:
+    """Two new requests to `slow` at once are both answered (a full queue would refuse one:
+    UNAVAILABLE)."""
+    results: list = []
+
+    def infer(rid: str) -> None:
+        try:
+            results.append(stub.ModelInfer(_slow(0.01, rid), timeout=30).id)
+        except grpc.RpcError as error:
+            results.append((error.code().name, error.details()))
+
+    threads = [threading.Thread(target=infer, args=(f"u{n}",)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(results) == ["u0", "u1"], results
 
 
 def test_cancelled_stream_frees_its_queue_slots(server, channel):
@@ -296,20 +315,7 @@ def test_cancelled_stream_frees_its_queue_slots(server, channel):
     call.cancel()
     requests.put(None)
     time.sleep(0.2)
-    results: list = []
-
-    def infer(rid: str) -> None:
-        try:
-            results.append(stub.ModelInfer(_slow(0.01, rid), timeout=30).id)
-        except grpc.RpcError as error:
-            results.append((error.code().name, error.details()))
-
-    threads = [threading.Thread(target=infer, args=(f"u{n}",)) for n in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert sorted(results) == ["u0", "u1"], results
+    _two_more_are_accepted(stub)
 
 
 def test_cancelled_unary_calls_free_their_queue_slots(server, channel):
@@ -324,20 +330,7 @@ def test_cancelled_unary_calls_free_their_queue_slots(server, channel):
     for call in queued:
         call.cancel()
     time.sleep(0.2)
-    results: list = []
-
-    def infer(rid: str) -> None:
-        try:
-            results.append(stub.ModelInfer(_slow(0.01, rid), timeout=30).id)
-        except grpc.RpcError as error:
-            results.append((error.code().name, error.details()))
-
-    threads = [threading.Thread(target=infer, args=(f"u{n}",)) for n in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert sorted(results) == ["u0", "u1"], results
+    _two_more_are_accepted(stub)
     assert running.result().id == "r0"
     assert all(call.cancelled() for call in queued)
 

@@ -18,6 +18,7 @@ saturated by executions a response should not wait for a time slice (docs/perfor
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -227,7 +228,7 @@ class DynamicBatcher:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[InferOutcome] = loop.create_future()
-        pending = self.submit(request, _LoopCallback(loop, future))
+        pending = self.submit(request, OnLoop(loop, functools.partial(_settle, future)))
         try:
             outcome = await future
         except asyncio.CancelledError:
@@ -412,11 +413,10 @@ class DynamicBatcher:
         answered on one (`OnLoop`) are settled by one `call_soon_threadsafe` per loop and batch
         instead of one per request: one wake-up of the loop and one callback there for the whole
         batch."""
-        settle: dict[asyncio.AbstractEventLoop, list[tuple[_LoopCallback | OnLoop, InferOutcome]]] = {}
+        settle: dict[asyncio.AbstractEventLoop, list[tuple[OnLoop, InferOutcome]]] = {}
         for pending, outcome in finished:
             callback = pending.callback
-            kind = type(callback)
-            if kind is _LoopCallback or kind is OnLoop:
+            if type(callback) is OnLoop:
                 settle.setdefault(callback.loop, []).append((callback, outcome))
             else:
                 self._deliver(pending, outcome)
@@ -445,35 +445,14 @@ def _stopping(request: InferRequest) -> InferenceError:
     )
 
 
-class _LoopCallback:
-    """The callback of a request awaited on an event loop (`DynamicBatcher.infer`): settles its
-    future on that loop. The batcher recognises it to settle a batch's futures together
-    (`_deliver_all`); called alone (cancellation, a failure in the queue) it settles just its own."""
-
-    __slots__ = ("future", "loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[InferOutcome]) -> None:
-        self.loop = loop
-        self.future = future
-
-    def __call__(self, outcome: InferOutcome) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self.settle, outcome)
-        except RuntimeError:  # the loop is closed: nobody is waiting any more
-            pass
-
-    def settle(self, outcome: InferOutcome) -> None:
-        """On the loop."""
-        if not self.future.done():
-            self.future.set_result(outcome)
-
-
 class OnLoop:
-    """A `submit` callback that runs `function(outcome)` on `loop` (an event loop's thread):
-    what a transport that answers requests without a task or a future gives (the native HTTP
-    front end, handlers/protocol/httpnative/server.py). Like `infer`'s futures, a batch's
-    outcomes for one loop are delivered by one wake-up of it. `function` must not raise (the
-    loop's exception handler would only log it) and is called once, unless the loop is closed."""
+    """A `submit` callback that runs `function(outcome)` on `loop` (an event loop's thread): how
+    `infer` settles the future it awaits, and how the native front ends answer a request they
+    queued without a task (routes.submit_infer, InferenceService.queue_model_infer). The batcher
+    recognises it and delivers a batch's outcomes for one loop by one wake-up of the loop
+    (`_deliver_all`); called alone (cancellation, a failure in the queue) it delivers just its
+    own. `function` must not raise (the loop's exception handler would only log it) and is called
+    once, unless the loop is closed."""
 
     __slots__ = ("function", "loop")
 
@@ -487,11 +466,12 @@ class OnLoop:
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
-    def settle(self, outcome: InferOutcome) -> None:
-        """On the loop."""
-        self.function(outcome)
+
+def _settle(future: asyncio.Future[InferOutcome], outcome: InferOutcome) -> None:
+    if not future.done():
+        future.set_result(outcome)
 
 
-def _settle_all(outcomes: list[tuple[_LoopCallback | OnLoop, InferOutcome]]) -> None:
+def _settle_all(outcomes: list[tuple[OnLoop, InferOutcome]]) -> None:
     for callback, outcome in outcomes:
-        callback.settle(outcome)
+        callback.function(outcome)
