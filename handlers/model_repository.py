@@ -100,12 +100,17 @@ class LoadedModel:
     def decoupled(self) -> bool:
         return self.spec.decoupled
 
-    async def infer(self, request: InferRequest) -> InferResponse:
-        """The one response of a request to a model that is not decoupled."""
+    def _check_one_response(self) -> None:
+        """Raise unless the model is ready to take a request answered by one response (not
+        decoupled)."""
         if self.scheduler is None or not self.ready:
             raise self.not_ready_error()
         if self.decoupled:
             raise decoupled_error()
+
+    async def infer(self, request: InferRequest) -> InferResponse:
+        """The one response of a request to a model that is not decoupled."""
+        self._check_one_response()
         return await self.scheduler.infer(request)
 
     @property
@@ -119,17 +124,11 @@ class LoadedModel:
         `callback(outcome)` is called once, from a worker thread (handlers.batching.OnLoop has it
         answered on an event loop). Raises InferenceError when it cannot be queued. The queued
         request's `cancel()` takes it out of the queue (unless it already runs)."""
-        if self.scheduler is None or not self.ready:
-            raise self.not_ready_error()
-        if self.decoupled:
-            raise decoupled_error()
+        self._check_one_response()
         return self.scheduler.submit(request, callback)
 
     def infer_sync(self, request: InferRequest, timeout: float | None = None) -> InferResponse:
-        if self.scheduler is None or not self.ready:
-            raise self.not_ready_error()
-        if self.decoupled:
-            raise decoupled_error()
+        self._check_one_response()
         return self.scheduler.infer_sync(request, timeout)
 
     def stream(self, request: InferRequest) -> ResponseStream:

@@ -75,6 +75,12 @@ def _split_target(uri: bytes) -> tuple[bytes, bytes]:
     return raw_path, query
 
 
+def _decoded(raw_path: bytes) -> str:
+    """The ASGI `path` of a raw request path (percent-decoded, as uvicorn gives it)."""
+    path = raw_path.decode("latin-1")
+    return unquote(path) if "%" in path else path
+
+
 _SIZE_MARK = 987654321987654321
 
 
@@ -186,9 +192,7 @@ class NativeHttpServer:
         raw_path, query = _split_target(request.uri)
         if query:
             return False
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(path)
+        path = _decoded(raw_path)
         target = infer_path(path)
         if target is None:
             return False
@@ -204,9 +208,7 @@ class NativeHttpServer:
 
     def _scope(self, request: Any) -> dict[str, Any]:
         raw_path, query = _split_target(request.uri)
-        path = raw_path.decode("latin-1")
-        if "%" in path:
-            path = unquote(path)
+        path = _decoded(raw_path)
         return {
             "type": "http",
             "asgi": _ASGI,
