@@ -1,6 +1,7 @@
 """bench/servers.py's --frontends values: the per-backend benches (pytorch, fil, openvino) name
 each arm's front end, optionally with environment for its server (`NAME+VAR=VALUE`), so that arms
-differing only in a setting are measured interleaved in one run."""
+differing only in a setting are measured interleaved in one run; and how bench/serving_threads.py
+tells a server's threads apart."""
 
 from __future__ import annotations
 
@@ -36,3 +37,42 @@ def test_a_front_end_with_settings_is_its_own_arm_with_that_environment() -> Non
 def test_a_wrong_front_end_or_setting_is_refused_by_name(spec: str, message: str) -> None:
     with pytest.raises(SystemExit, match=message):
         servers.frontends(spec)
+
+
+def test_serving_threads_tells_the_threads_apart_and_batches_only_the_serving_ones(tmp_path: Path) -> None:
+    """bench/serving_threads.py reads a real process's threads from /proc: the main thread is the
+    event loop, a thread at raised niceness an instance (the batcher runs them at niceness 10),
+    any other a front end's; SCHED_BATCH goes to the threads at the process's priority only."""
+    import os
+    import subprocess
+    import time
+
+    import serving_threads
+
+    ready = tmp_path / "ready"
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import os, threading, time
+def niced():
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    time.sleep(60)
+threading.Thread(target=niced, daemon=True).start()
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+time.sleep(0.5)
+open({str(ready)!r}, "w").close()
+time.sleep(60)
+"""])
+    try:
+        for _ in range(100):
+            if ready.exists():
+                break
+            time.sleep(0.1)  # the child writes the file once its threads run: nothing to wait on
+        counters = serving_threads.thread_counters(child.pid)
+        roles = sorted(serving_threads.role(child.pid, tid, nice) for tid, (_, nice, _, _) in counters.items())
+        assert roles == ["event loop", "front end", "instance"]
+        serving_threads.sched_batch(child.pid)
+        policies = {serving_threads.role(child.pid, tid, nice): os.sched_getscheduler(tid)
+                    for tid, (_, nice, _, _) in counters.items()}
+        assert policies == {"event loop": os.SCHED_BATCH, "front end": os.SCHED_BATCH, "instance": os.SCHED_OTHER}
+    finally:
+        child.kill()
+        child.wait()

@@ -31,7 +31,7 @@ from .. import metrics, workers
 from ..batching import OnLoop
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import ErrorCode, InferenceError
-from ..inference import InferOutcome, InferRequest
+from ..inference import InferOutcome, InferRequest, InferResponse
 from ..model_repository import LoadedModel, ModelRepository, decoupled_error
 from .codec import decode_request, encode_error, encode_response
 from .compression import compress, decompress
@@ -493,7 +493,12 @@ def _infer_request(model: LoadedModel, headers: InferHeaders, raw: bytes) -> Inf
     return infer_request
 
 
-def _ok_reply(payload: bytes, reply_headers: dict[str, str], headers: InferHeaders) -> InferReply:
+def _ok_reply(model: LoadedModel, infer_request: InferRequest, response: InferResponse,
+              headers: InferHeaders) -> InferReply:
+    """The 200 reply to a request its model answered: the response encoded as the request asks,
+    compressed as the client accepts."""
+    payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels,
+                                             io=model.io)
     payload, encoding = compress(payload, headers.accept_encoding)
     if encoding:
         reply_headers["content-encoding"] = encoding
@@ -523,12 +528,9 @@ async def run_infer(
         model = _infer_target(repository, model_name, model_version, headers)
         raw = await limits.read_limited(chunks, limits.LIMITS)
         infer_request = _infer_request(model, headers, raw)
-        response = await model.infer(infer_request)
-        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels,
-                                                 io=model.io)
+        return _ok_reply(model, infer_request, await model.infer(infer_request), headers)
     except InferenceError as error:
         return _failed_reply(model_name, error)
-    return _ok_reply(payload, reply_headers, headers)
 
 
 def run_infer_sync(
@@ -545,12 +547,9 @@ def run_infer_sync(
         model = _infer_target(repository, model_name, model_version, headers)
         limits.check_body(body, limits.LIMITS)
         infer_request = _infer_request(model, headers, body)
-        response = model.infer_sync(infer_request)
-        payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels,
-                                                 io=model.io)
+        return _ok_reply(model, infer_request, model.infer_sync(infer_request), headers)
     except InferenceError as error:
         return _failed_reply(model_name, error)
-    return _ok_reply(payload, reply_headers, headers)
 
 
 def submit_infer(
@@ -592,9 +591,7 @@ def _finish_infer(model: LoadedModel, infer_request: InferRequest, headers: Infe
         answer(_failed_reply(model.name, outcome))
         return
     try:
-        payload, reply_headers = encode_response(outcome, infer_request, model.spec.config, labels=model.labels,
-                                                 io=model.io)
-        reply = _ok_reply(payload, reply_headers, headers)
+        reply = _ok_reply(model, infer_request, outcome, headers)
     except InferenceError as error:
         reply = _failed_reply(model.name, error)
     except Exception as exc:
