@@ -366,6 +366,20 @@ def _grpc_front_end() -> str:
     return "grpcio asyncio server on uvloop"
 
 
+
+def recorded_command(argv: list[str]) -> str:
+    """The command line a report names, without `--out`: where the files went is not part of what
+    was measured, and a machine's folder does not belong in a committed result."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    return " ".join(["bench/serve_vs_triton.py", *kept])
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -420,7 +434,7 @@ def main() -> None:
         "meta": {
             "date": now.strftime("%Y-%m-%d %H:%M"),
             "host": host,
-            "command": " ".join(["bench/serve_vs_triton.py", *sys.argv[1:]]),
+            "command": recorded_command(sys.argv[1:]),
             "target_concurrency": args.target,
             "protocol": args.protocol,
             "setup": {
