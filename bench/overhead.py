@@ -59,7 +59,7 @@ from servers import TRITONSERVER, free_port  # noqa: E402
 CONFIG = """name: "tiny"
 backend: "onnxruntime"
 max_batch_size: 8
-input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {floats} ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] }} ]
 instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
 parameters {{ key: "intra_op_thread_count" value: {{ string_value: "1" }} }}
@@ -77,12 +77,15 @@ TICKS = os.sysconf("SC_CLK_TCK")
 GRPC_SHARE_ENV = "TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT"
 
 
-def repository(root: Path, instances: int, batching: bool) -> Path:
-    repo = root / f"tiny-{instances}-{int(batching)}"
+def repository(root: Path, instances: int, batching: bool, floats: int = 16) -> Path:
+    """The tiny model's repository; `floats` > 16 widens its input (the model computes on the
+    first 16: perf_models.wide), so requests carry large bodies at the same compute."""
+    repo = root / f"tiny-{instances}-{int(batching)}-{floats}"
     if not repo.exists():
-        perf_models.tiny(repo / "tiny" / "1" / "model.onnx")
+        model = repo / "tiny" / "1" / "model.onnx"
+        perf_models.tiny(model) if floats == 16 else perf_models.wide(model, floats)
         (repo / "tiny" / "config.pbtxt").write_text(
-            CONFIG.format(instances=instances, batching="dynamic_batching { }\n" if batching else ""))
+            CONFIG.format(instances=instances, batching="dynamic_batching { }\n" if batching else "", floats=floats))
     return repo
 
 
@@ -139,8 +142,8 @@ class Variant:
         parts = spec.split(":")
         return cls(name, parts[0], int(parts[1]), parts[2] == "1", int(parts[3]) if len(parts) > 3 else 1)
 
-    def start(self, root: Path, logs: Path) -> None:
-        repo = repository(root, self.instances, self.batching)
+    def start(self, root: Path, logs: Path, floats: int = 16) -> None:
+        repo = repository(root, self.instances, self.batching, floats)
         self.http_port, self.grpc_port = free_port(), free_port()
         server, *variables = self.server.split("@")
         env = dict(os.environ)
@@ -275,10 +278,11 @@ def versus_triton(summary: dict, summaries: list[dict]) -> str:
     return ""
 
 
-def markdown(protocol: str, summaries: list[dict], repeats: int, concurrency: int) -> str:
+def markdown(protocol: str, summaries: list[dict], repeats: int, concurrency: int, floats: int = 16) -> str:
     shared = os.environ.get(GRPC_SHARE_ENV) if protocol == "grpc" else None
     share = f", {GRPC_SHARE_ENV}={shared}" if shared else ""
-    lines = [f"tiny model, perf_analyzer -i {protocol} -b 2, concurrency {concurrency}{share}; medians of {repeats} "
+    model = "tiny model" if floats == 16 else f"tiny model widened to {floats} input floats ({floats * 8:,} bytes a request)"
+    lines = [f"{model}, perf_analyzer -i {protocol} -b 2, concurrency {concurrency}{share}; medians of {repeats} "
              "interleaved repeats (range in brackets)", "",
              "| variant | server CPU us/request | event-loop CPU us/request | perf_analyzer CPU us/request | infer/s | "
              "vs Triton | p95 ms | load |",
@@ -309,6 +313,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", type=Path, help="write every run here")
     parser.add_argument("--quick", action="store_true", help="1 repeat, 1 s windows (a smoke run)")
+    parser.add_argument("--input-floats", type=int, default=16,
+                        help="the input's width (default 16, the tiny model); wider inputs make large request bodies "
+                             "for the same compute (75264: 602 KB a request of 2 rows, an image's size)")
     parser.add_argument("--grpc-channel-share", type=int,
                         help="perf_analyzer's clients per gRPC channel (TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT; "
                              "default: tritonclient's)")
@@ -321,7 +328,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="overhead-bench-"))
     try:
         for variant in variants:
-            variant.start(scratch, scratch)
+            variant.start(scratch, scratch, args.input_floats)
         for repeat in range(args.repeats):
             shift = repeat % len(variants)
             for variant in variants[shift:] + variants[:shift]:
@@ -335,9 +342,10 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     summaries = [summary(v) for v in variants]
     print()
-    print(markdown(args.protocol, summaries, args.repeats, args.concurrency))
+    print(markdown(args.protocol, summaries, args.repeats, args.concurrency, args.input_floats))
     if args.json:
         args.json.write_text(json.dumps({"protocol": args.protocol, "grpc_channel_share": args.grpc_channel_share,
+                                         "input_floats": args.input_floats,
                                          "summaries": summaries,
                                          "runs": {v.name: v.runs for v in variants}}, indent=1))
 

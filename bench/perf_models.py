@@ -136,3 +136,20 @@ def tiny(path: Path) -> Path:
     import model_builders
 
     return model_builders.matmul_relu(path, size=16)
+
+
+def wide(path: Path, floats: int) -> Path:
+    """`tiny` with a wider input: OUTPUT0 = relu(INPUT0[:, :16] @ W), INPUT0 FP32 [N, floats]: the
+    same compute as tiny for request bodies of any size (bench/overhead.py --input-floats)."""
+    w = np.random.default_rng(0).standard_normal((16, 16)).astype(np.float32)
+    constants = {"starts": [0], "ends": [16], "axes": [1]}
+    nodes = [helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64), name))
+             for name, value in constants.items()]
+    nodes += [helper.make_node("Slice", ["INPUT0", "starts", "ends", "axes"], ["head"]),
+              helper.make_node("MatMul", ["head", "W"], ["mm"]), helper.make_node("Relu", ["mm"], ["OUTPUT0"])]
+    graph = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["N", floats])],
+                              [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["N", 16])],
+                              initializer=[numpy_helper.from_array(w, "W")])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(helper.make_model(graph, opset_imports=OPSET), str(path))
+    return path
