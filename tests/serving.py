@@ -56,6 +56,17 @@ def read_response(sock: socket.socket, buffer: bytearray) -> tuple[int, dict[str
     return status, headers, bytes(body[:length])
 
 
+def read_continue(sock: socket.socket) -> bytearray:
+    """Reads the interim `100 Continue` an `Expect: 100-continue` head gets; returns what came
+    after it."""
+    buffer = bytearray()
+    while b"\r\n\r\n" not in buffer:
+        buffer += sock.recv(65536)
+    assert bytes(buffer).startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), buffer
+    del buffer[: len(b"HTTP/1.1 100 Continue\r\n\r\n")]
+    return buffer
+
+
 def _get(url: str, timeout: float = 2.0) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as r:

@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from serving import NEEDS_NATIVE_HTTP, ROOT, TOOLKIT, free_port, read_response, serve
+from serving import NEEDS_NATIVE_HTTP, ROOT, TOOLKIT, free_port, read_continue, read_response, serve
 
 REPO = ROOT / "samples" / "quickstart"
 NATIVE = {"TOOLKIT_HTTP_FRONTEND": "native"}
@@ -297,11 +297,7 @@ def test_expect_100_continue_with_a_chunked_body_over_the_limit_is_a_json_413(li
     head = CHUNKED_HEAD + b"Expect: 100-continue\r\n\r\n"
     with connect(limited) as sock:
         sock.sendall(head)
-        buffer = bytearray()
-        while b"\r\n\r\n" not in buffer:
-            buffer += sock.recv(65536)
-        assert bytes(buffer).startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), buffer
-        del buffer[: len(b"HTTP/1.1 100 Continue\r\n\r\n")]
+        buffer = read_continue(sock)
         sock.sendall(OVER_LIMIT)
         assert_json_413_then_closed(sock, buffer)
     with connect(limited) as sock:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from serving import NEEDS_NATIVE_HTTP, read_response
+from serving import NEEDS_NATIVE_HTTP, read_continue, read_response
 
 pytestmark = NEEDS_NATIVE_HTTP
 
@@ -464,11 +464,7 @@ def test_a_declared_body_after_100_continue_is_read_whole():
     with running(digest) as server, server.connect() as sock:
         sock.sendall(f"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
                      "Expect: 100-continue\r\n\r\n".encode())
-        buffer = bytearray()
-        while b"\r\n\r\n" not in buffer:
-            buffer += sock.recv(65536)
-        assert bytes(buffer).startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), buffer
-        del buffer[: len(b"HTTP/1.1 100 Continue\r\n\r\n")]
+        buffer = read_continue(sock)
         sock.sendall(body)
         status, _, answer = read_response(sock, buffer)
         assert (status, answer) == (200, _expected(body))
