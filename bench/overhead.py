@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/overhead.py [--protocol http|grpc] [--repeats 5] [--window 2000]
         [--variant NAME=SERVER:INSTANCES:BATCHING[:WORKERS]] ... [--json OUT.json] [--quick]
+        [--input-floats N]
 
 `--quick` is a smoke run (1 repeat, 1 s windows): it checks the script and the servers, its
 numbers mean nothing.
@@ -13,6 +14,10 @@ server counted), beside the CPU time of the event-loop threads alone (the GIL-bo
 caps one Python process at about one core) and of perf_analyzer per request. Wall-clock
 throughput and p95 come with them, as medians of interleaved repeats (the variants take turns,
 their order rotating), together with the load average.
+
+`--input-floats N` (default 16) widens the tiny model's input to N floats and keeps its compute
+(the model takes the first 16: perf_models.wide), so each request carries 8 N bytes (`-b 2`): the
+front ends' cost for large bodies, e.g. 75264 for 602 KB, about an image.
 
 Variants (default: the set in docs/performance.md, "Per-request overhead"): SERVER is `toolkit`
 (`toolkit serve`, WORKERS processes: `--workers`; its HTTP and gRPC front ends are the default
