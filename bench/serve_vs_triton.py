@@ -366,7 +366,6 @@ def _grpc_front_end() -> str:
     return "grpcio asyncio server on uvloop"
 
 
-
 def recorded_command(argv: list[str]) -> str:
     """The command line a report names, without `--out`: where the files went is not part of what
     was measured, and a machine's folder does not belong in a committed result."""
@@ -379,6 +378,7 @@ def recorded_command(argv: list[str]) -> str:
         elif not arg.startswith("--out="):
             kept.append(arg)
     return " ".join(["bench/serve_vs_triton.py", *kept])
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],

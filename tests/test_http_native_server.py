@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -369,9 +370,7 @@ def test_inference_requests_are_queued_without_a_task_and_answered(quickstart_ap
 
 
 async def digest(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Answers `<length>:<sha256>` of the request body it received."""
-    import hashlib
-
+    """Answers `<length>:<sha256>` of the request body it received (`_expected`)."""
     if scope["type"] != "http":
         return
     body = bytearray()
@@ -381,7 +380,7 @@ async def digest(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
-    await send({"type": "http.response.body", "body": f"{len(body)}:{hashlib.sha256(body).hexdigest()}".encode()})
+    await send({"type": "http.response.body", "body": _expected(bytes(body))})
 
 
 def _post(body: bytes, path: str = "/echo") -> bytes:
@@ -389,8 +388,6 @@ def _post(body: bytes, path: str = "/echo") -> bytes:
 
 
 def _expected(body: bytes) -> bytes:
-    import hashlib
-
     return f"{len(body)}:{hashlib.sha256(body).hexdigest()}".encode()
 
 

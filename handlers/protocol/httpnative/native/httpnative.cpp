@@ -164,8 +164,8 @@ struct Head {
   uint64_t body_left = 0;    // the head's body evhttp will not read (HEAD, TRACE, unknown methods)
   bool close_next = false;   // ... when it cannot be dropped (chunked): close after the answer
   uint64_t skip = 0;         // bytes of such a body still to drop
-  uint64_t pull = 0;         // the head's declared body not in the input yet (PullBody reads it)
-  size_t tail = 0;           // bytes after the head among those `seen` when its end was found
+  uint64_t pull = 0;         // the head's declared body not in the input yet (PullBody reads it);
+                             // > 0 only between the head's end and evhttp handing the request over
   bool pulling = false;      // PullBody is adding to the input (its callbacks run again)
   Req* stream = nullptr;     // the streamed answer being written on it (holds a ref): its flow
 };
@@ -396,10 +396,10 @@ class Worker {
     }
     if (head->skip == 0 && head->expect && added > 0) {
       self->Read(head, input, evbuffer_get_length(input) - added);
-    } else if (head->skip == 0 && head->pull > 0) {  // libevent read more of the body
+    } else if (head->pull > 0) {  // libevent read more of the body
       head->pull -= std::min<uint64_t>(head->pull, added);
     }
-    if (head->pull > 0 && !head->expect && head->skip == 0 && !head->refused && !head->busy) PullBody(head, input);
+    if (head->pull > 0 && !head->busy) PullBody(head, input);
   }
 
   // libevent 2.1 reads at most 4 KB per read event (EVBUFFER_MAX_READ), each read after an
@@ -457,9 +457,9 @@ class Worker {
       head->seen.resize(old + (got > 0 ? static_cast<size_t>(got) : 0));
     }
     size_t uncopied = arrived - (head->seen.size() - before);
-    Inspect(head);
-    if (!head->expect && head->pull > 0) {  // the head is read: what of its body came with it
-      head->pull -= std::min<uint64_t>(head->pull, head->tail + uncopied);
+    size_t tail = Inspect(head);
+    if (head->pull > 0) {  // the head is read: what of its body came with it
+      head->pull -= std::min<uint64_t>(head->pull, tail + uncopied);
     }
   }
 
@@ -492,7 +492,9 @@ class Worker {
     if (head->skip == 0 && evbuffer_get_length(input) > 0) Read(head, input, 0);
   }
 
-  void Inspect(Head* head) {
+  // Looks for the head's end in what is `seen`; once found, parses the head and returns how many
+  // of the bytes seen follow it (the start of its body).
+  size_t Inspect(Head* head) {
     const std::string& text = head->seen;
     // the head ends at an empty line (CRLF or a bare LF, as evhttp reads lines)
     size_t end = std::string::npos;
@@ -508,11 +510,12 @@ class Worker {
     }
     if (end == std::string::npos) {
       if (text.size() > kMaxHead) Done(head);  // evhttp refuses it (400)
-      return;
+      return 0;
     }
-    head->tail = text.size() - end;
+    size_t tail = text.size() - end;
     Parse(head, text.substr(0, end));
     Done(head);
+    return tail;
   }
 
   static void Done(Head* head) {
