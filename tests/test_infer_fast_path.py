@@ -4,6 +4,7 @@
   status, headers and body, errors included: a real `toolkit serve` process gets every request
   twice, once plainly (fast path) and once with a query string (which the fast path leaves to
   FastAPI).
+- Requests made from a header's plan (handlers/protocol/plans.py) answer with their own data.
 - `merge._concatenate` (one bytes.join under 1 MiB) equals np.concatenate.
 - Batcher workers run at a lower CPU priority (TOOLKIT_INSTANCE_NICE), checked on the real
   threads through the kernel's per-thread niceness.
@@ -106,6 +107,37 @@ def test_fast_path_result_is_the_models(server):
     a = np.arange(32, dtype=np.float32).reshape(2, 16)
     assert np.array_equal(np.frombuffer(payload[length:], dtype=np.float32).reshape(2, 16), a * 3)
     assert outputs["OUTPUT1"]["data"] == (a - a * 2).reshape(-1).tolist()
+
+
+def test_requests_with_one_header_each_get_their_own_data(server):
+    """tritonclient repeats a request's JSON header when only the tensor data changes: after the
+    first, the runtime makes such requests from the header's plan (handlers/protocol/plans.py).
+    Each answer is its own request's, with one client and with several in parallel."""
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}", concurrency=4)
+
+    def send(seed: int):
+        a = np.random.default_rng(seed).standard_normal((2, 16)).astype(np.float32)
+        b = np.random.default_rng(seed + 1000).standard_normal((2, 16)).astype(np.float32)
+        inputs = []
+        for name, data in (("INPUT0", a), ("INPUT1", b)):
+            tensor = httpclient.InferInput(name, [2, 16], "FP32")
+            tensor.set_data_from_numpy(data, binary_data=True)
+            inputs.append(tensor)
+        return a, b, client.async_infer("add_sub", inputs)
+
+    try:
+        for seed in range(3):
+            a, b, pending = send(seed)
+            result = pending.get_result()
+            assert np.array_equal(result.as_numpy("OUTPUT0"), a + b)
+            assert np.array_equal(result.as_numpy("OUTPUT1"), a - b)
+        sent = [send(seed) for seed in range(10, 42)]
+        for a, b, pending in sent:
+            result = pending.get_result()
+            assert np.array_equal(result.as_numpy("OUTPUT0"), a + b)
+            assert np.array_equal(result.as_numpy("OUTPUT1"), a - b)
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64, np.uint8, np.bool_])

@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from itertools import chain
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -41,6 +41,7 @@ from ..inference import InferRequest, InferResponse, RequestedOutput
 from ..model_io import ModelIO
 from .binary import (
     BytesContext,
+    Framing,
     deserialize_bytes,
     element_bytes,
     parse_header_length,
@@ -54,10 +55,12 @@ __all__ = [
     "RAW_INPUT_NAME",
     "SEQUENCE_END",
     "SEQUENCE_START",
+    "Span",
     "array_from_buffer",
     "bf16_from_float32",
     "check_representable",
     "classify",
+    "decode_framing",
     "decode_request",
     "encode_error",
     "encode_response",
@@ -185,6 +188,23 @@ def decode_request(
     input (content kind, name, datatype, shape, data), trailing binary data, then `outputs`.
     """
     framing = split_body(body, parse_header_length(header_length, len(body)))
+    return decode_framing(framing, model_name=model_name, model_version=model_version)[0]
+
+
+class Span(NamedTuple):
+    """Where a binary input's data lies in a request's payload, as its header declares it."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+
+def decode_framing(framing: Framing, *, model_name: str,
+                   model_version: int = 0) -> tuple[InferRequest, list[Span] | None]:
+    """`decode_request` of a body already cut in two, with the payload spans of its inputs when
+    every input is binary data of a fixed-size datatype (handlers/protocol/plans.py), else None."""
     if framing.raw:
         raw = np.frombuffer(framing.payload, dtype=_RAW)
         return InferRequest(
@@ -192,7 +212,7 @@ def decode_request(
             model_version=model_version,
             inputs={RAW_INPUT_NAME: raw},
             parameters={"binary_data_output": True},  # Triton answers raw requests in binary
-        )
+        ), None
 
     document = parse_json(framing.header)
     if type(document) is not dict:
@@ -223,7 +243,7 @@ def decode_request(
 
     if "outputs" in document:
         request.requested_outputs = _decode_outputs(document["outputs"])
-    return request
+    return request, decoder.spans
 
 
 def parse_json(header: memoryview) -> Any:
@@ -294,6 +314,7 @@ class _InputDecoder:
         self.prefix = prefix
         self.payload = payload
         self.offset = 0
+        self.spans: list[Span] | None = []  # None once an input is not fixed-size binary data
 
     def decode(self, index: int, tensor: Any) -> tuple[str, np.ndarray]:
         if type(tensor) is not dict:
@@ -333,6 +354,7 @@ class _InputDecoder:
             raise not_found(f"Unable to find shared memory region: '{region}'")
         if "binary_data_size" in parameters:
             return name, self._binary(name, datatype, shape, parameters["binary_data_size"])
+        self.spans = None
         return name, json_tensor(
             tensor["data"], datatype, shape, BytesContext(name, self.model_name, self.prefix)
         )
@@ -353,6 +375,7 @@ class _InputDecoder:
         self.offset += size
         count = _prod(shape)
         if datatype == "BYTES":
+            self.spans = None
             where = BytesContext(name, self.model_name, self.prefix)
             return deserialize_bytes(chunk, count, where).reshape(shape)
         expected = count * numpy_dtype(datatype).itemsize
@@ -361,6 +384,8 @@ class _InputDecoder:
                 f"{self.prefix}input byte size mismatch for input '{name}' for model '{self.model_name}'. "
                 f"Expected {expected}, got {size}"
             )
+        if self.spans is not None:
+            self.spans.append(Span(name, datatype, tuple(shape), self.offset - size, self.offset))
         return array_from_buffer(chunk, datatype, shape)
 
 

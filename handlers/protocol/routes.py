@@ -33,9 +33,9 @@ from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import ErrorCode, InferenceError
 from ..inference import InferOutcome, InferRequest, InferResponse
 from ..model_repository import LoadedModel, ModelRepository, decoupled_error
-from .codec import decode_request, encode_error, encode_response
+from . import plans
+from .codec import encode_error, encode_response
 from .compression import compress, decompress
-from .validation import validate_request
 
 log = logging.getLogger("handlers.protocol.routes")
 
@@ -485,12 +485,8 @@ def _infer_target(repository: ModelRepository, model_name: str, model_version: i
 
 
 def _infer_request(model: LoadedModel, headers: InferHeaders, raw: bytes) -> InferRequest:
-    bounds = limits.LIMITS
-    body = decompress(raw, headers.content_encoding, bounds.max_request_bytes)
-    infer_request = decode_request(body, headers.header_length, model_name=model.name, model_version=model.version)
-    bounds.check_request(infer_request)
-    validate_request(model.spec.config, infer_request, model.io)
-    return infer_request
+    body = decompress(raw, headers.content_encoding, limits.LIMITS.max_request_bytes)
+    return plans.infer_request(model, body, headers.header_length)
 
 
 def _ok_reply(model: LoadedModel, infer_request: InferRequest, response: InferResponse,
