@@ -48,7 +48,7 @@ class RequestPlan(NamedTuple):
     elements: int  # the most elements of one input (limits.Limits.check_request)
     id: str
     parameters: dict[str, Any]
-    requested_outputs: tuple[RequestedOutput, ...] | None
+    requested_outputs: tuple[RequestedOutput, ...] | None  # shared: nothing changes one after decoding
     batch_size: int
     priority: int
     timeout_us: int
