@@ -20,6 +20,7 @@ model starts with none.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import limits
@@ -94,14 +95,10 @@ def infer_request(model: LoadedModel, body: bytes | bytearray | memoryview,
 
 def _plan(request: InferRequest, spans: list[Span], payload_size: int) -> RequestPlan:
     inputs = []
-    elements = 0
     for span in spans:
         shape = request.inputs[span.name].shape
         inputs.append(PlannedInput(span, None if shape == span.shape else shape))
-        count = 1
-        for dim in span.shape:
-            count *= dim
-        elements = max(elements, count)
+    elements = max((math.prod(span.shape) for span in spans), default=0)
     outputs = request.requested_outputs
     return RequestPlan(tuple(inputs), payload_size, elements, request.id, dict(request.parameters),
                        None if outputs is None else tuple(outputs), request.batch_size, request.priority,
