@@ -11,10 +11,13 @@ qa/run_benchmarks.sh does; default 1 and 16) at concurrency --concurrency; the s
 batches of some average size B rows (its statistics). The ceiling is the same model predicting
 batches of B rows back to back, in this process, on as many threads as instances, each instance
 with its threads (the runtime's own FilModel, bench/ort_ceiling.py's method): a server that
-forms batches of B cannot do better. Serve runs and ceiling runs alternate (--repeats); the
-result is the ratio of medians. Front ends (--frontends: uvicorn HTTP, the native HTTP front end,
-the native gRPC front end with perf_analyzer -i grpc; servers.FRONTENDS) times two CPU variants,
-interleaved, each pair with its own server (--variants):
+forms batches of B cannot do better. Serve runs and ceiling runs alternate (--repeats): in each
+repeat every arm is served, then each CPU variant's ceiling is measured once, at the median of the
+batches its arms executed, as the median of --ceiling-windows windows (single windows of one
+model differ by up to 10 % back to back on a quiet machine). The result is the ratio of medians.
+Front ends (--frontends: uvicorn HTTP, the native HTTP front end, the native gRPC front end with
+perf_analyzer -i grpc; servers.FRONTENDS) times two CPU variants, interleaved, each pair with its
+own server (--variants):
 `shared` (perf_analyzer, server and ceiling on all CPUs) and `pinned` (perf_analyzer on the first
 CPU, the server and the ceiling on the others, so the client's CPU counts for neither). The
 ceiling predicts the rows perf_analyzer sends (one random-bytes row, repeated). Target: >= 90 % with 16 rows per request, where the model's work
@@ -140,6 +143,8 @@ def main() -> None:
     parser.add_argument("--rows", default="1,16", help="rows per request (perf_analyzer -b), comma-separated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--ceiling-windows", type=int, default=3,
+                        help="windows of --measurement-ms the ceiling is the median of, per variant and repeat")
     parser.add_argument("--quick", action="store_true", help="1 repeat, short windows: checks the bench runs")
     parser.add_argument("--output", type=Path, default=BENCH / "results")
     parser.add_argument("--write-repository", type=Path, metavar="DIR",
@@ -151,7 +156,7 @@ def main() -> None:
         print(f"wrote {args.write_repository / MODEL}")
         return
     if args.quick:
-        args.repeats, args.measurement_ms = 1, 1000
+        args.repeats, args.measurement_ms, args.ceiling_windows = 1, 1000, 1
 
     sizes = [int(r) for r in args.rows.split(",")]
     arms = servers.arms(args.variants, args.frontends)
@@ -166,26 +171,38 @@ def main() -> None:
                 repo, Path(tmp) / f"serve-{arm.name.replace('/', '-')}.log", timeout=120, cpus=arm.server_cpus,
                 frontend=arm.frontend))
         for repeat in range(args.repeats):
-            limits: dict[tuple[str, int], float] = {}  # this repeat's ceilings, by (CPU variant, batch)
-            for arm in arms:
+            levels: dict[tuple[str, int], perf_analyzer.Level] = {}
+            # each repeat starts one arm later: an arm's place in the repeat moves its rate by several
+            # percent (an arm right after another ran 5-10 % slower or faster in one run)
+            for arm in arms[repeat % len(arms):] + arms[:repeat % len(arms)]:
                 for rows in sizes:
-                    [level] = perf_analyzer.run_levels(
+                    [levels[arm.name, rows]] = perf_analyzer.run_levels(
                         MODEL, urls[arm.name], concurrency=f"{args.concurrency}:{args.concurrency}", batch=rows,
                         measurement_ms=args.measurement_ms, stability=30 if not args.quick else 999,
                         cpus=arm.client_cpus, protocol=arm.frontend.protocol,
                     )
-                    batch = max(1, round(level.batch_size))
-                    if (arm.variant, batch) not in limits:  # the same CPUs and batch: the same ceiling
-                        with servers.pinned(arm.server_cpus):
-                            limits[arm.variant, batch] = ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
-                    limit = limits[arm.variant, batch]
-                    runs.append({"variant": arm.variant, "frontend": arm.frontend.name, "repeat": repeat, "rows": rows,
-                                 "level": level.as_dict(), "batch": level.batch_size, "ceiling": limit,
-                                 "ratio": level.throughput / limit, "load": os.getloadavg()[0]})
-                    print(f"repeat {repeat}, {arm.name}, {rows} row(s)/request: serve {level.throughput:.0f} infer/s "
-                          f"(p95 {level.p95_us / 1000:.2f} ms, batches of {level.batch_size:.1f} rows), ceiling at "
-                          f"{batch} rows: {limit:.0f} infer/s, {100 * level.throughput / limit:.1f} %, "
-                          f"load {os.getloadavg()[0]:.2f}", flush=True)
+            # one ceiling per CPU variant and request size in each repeat, after its arms, at the median
+            # of the batches they executed (they differ by a few rows), each the median of
+            # --ceiling-windows windows: single windows of this model differ by up to 10 % back to back
+            for variant in dict.fromkeys(arm.variant for arm in arms):
+                mine = [arm for arm in arms if arm.variant == variant]
+                for rows in sizes:
+                    batch = max(1, round(statistics.median(levels[arm.name, rows].batch_size for arm in mine)))
+                    with servers.pinned(mine[0].server_cpus):
+                        windows = [ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
+                                   for _ in range(args.ceiling_windows)]
+                    limit = statistics.median(windows)
+                    for arm in mine:
+                        level = levels[arm.name, rows]
+                        runs.append({"variant": arm.variant, "frontend": arm.frontend.name, "repeat": repeat,
+                                     "rows": rows, "level": level.as_dict(), "batch": level.batch_size,
+                                     "ceiling_batch": batch, "ceiling": limit, "ceiling_windows": windows,
+                                     "ratio": level.throughput / limit, "load": os.getloadavg()[0]})
+                        print(f"repeat {repeat}, {arm.name}, {rows} row(s)/request: serve {level.throughput:.0f} "
+                              f"infer/s (p95 {level.p95_us / 1000:.2f} ms, batches of {level.batch_size:.1f} rows), "
+                              f"ceiling at {batch} rows: {limit:.0f} infer/s (windows "
+                              f"{', '.join(f'{w:.0f}' for w in windows)}), {100 * level.throughput / limit:.1f} %, "
+                              f"load {os.getloadavg()[0]:.2f}", flush=True)
 
     summary = []
     for arm in arms:

@@ -243,14 +243,15 @@ def arms(variants: str, frontend_spec: str) -> list[Arm]:
 @contextlib.contextmanager
 def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable,
                   cpus: str | None = None, frontend: Frontend = FRONTENDS["http-uvicorn"],
-                  source: Path = ROOT) -> Iterator[str]:
+                  source: Path = ROOT, pids: list[int] | None = None) -> Iterator[str]:
     """`toolkit serve REPO --device cpu` on a free HTTP port (and, for a gRPC `frontend`, a free
     gRPC port; the metrics port off, so that nothing else on the machine collides with them) until
     ready; yields the host:port perf_analyzer reaches it at for `frontend.protocol`, stops its
     process group on exit. For the per-backend benches (bench/*_ceiling.py, openvino_bench.py).
     `cpus` (a taskset list) pins the server to those CPUs (its CPU budget then sees only them).
     `source`: the tree whose toolkit/ and handlers/ run (python -m puts it first on the path; a
-    before/after comparison serves from an exported older commit)."""
+    before/after comparison serves from an exported older commit). `pids`, when given, gets the
+    server's process id (taskset execs the server in its own process)."""
     port = free_port()
     grpc_port = free_port() if frontend.grpc is not None else 0
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -262,6 +263,8 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
             cwd=source, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **frontend.env()},
         )
+    if pids is not None:
+        pids.append(process.pid)
     try:
         deadline = time.monotonic() + timeout
         while not ready(port):

@@ -28,7 +28,6 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -86,18 +85,15 @@ def sched_batch(pid: int) -> None:
             os.sched_setscheduler(tid, os.SCHED_BATCH, os.sched_param(0))
 
 
-def server_pid(repo: Path) -> int:
-    return int(subprocess.check_output(["pgrep", "-f", f"toolkit.cli serve {repo} "]).split()[0])
-
-
 def measure(repo: Path, log: Path, frontend: servers.Frontend, cpus: tuple[str, str], seconds: float,
             batch_policy: bool) -> dict:
     client_cpus, server_cpus = cpus
-    with servers.toolkit_serve(repo, log, cpus=server_cpus, frontend=frontend) as url:
+    pids: list[int] = []
+    with servers.toolkit_serve(repo, log, cpus=server_cpus, frontend=frontend, pids=pids) as url:
         common = dict(shape=SHAPE, concurrency="16:16", cpus=client_cpus, protocol=frontend.protocol)
         perf_analyzer.run(pytorch_ceiling.MODEL, url, measurement_ms=1000, stability=perf_analyzer.LOOSE_STABILITY,
                           max_trials=3, **common)  # warm-up
-        pid = server_pid(repo)
+        (pid,) = pids
         if batch_policy:
             sched_batch(pid)
         levels: list[perf_analyzer.Level] = []

@@ -1,7 +1,7 @@
 """bench/servers.py's --frontends values: the per-backend benches (pytorch, fil, openvino) name
 each arm's front end, optionally with environment for its server (`NAME+VAR=VALUE`), so that arms
-differing only in a setting are measured interleaved in one run; and how bench/serving_threads.py
-tells a server's threads apart."""
+differing only in a setting are measured interleaved in one run; how bench/serving_threads.py
+tells a server's threads apart, and finds the server's process."""
 
 from __future__ import annotations
 
@@ -76,3 +76,19 @@ time.sleep(60)
     finally:
         child.kill()
         child.wait()
+
+
+def test_toolkit_serve_names_the_process_that_serves(tmp_path: Path) -> None:
+    """bench/servers.toolkit_serve hands out the server's process id (serving_threads.py reads its
+    threads): the process that runs `toolkit serve`, pinned where asked (taskset execs it, so the id
+    is the server's own), and gone once the block ends."""
+    import os
+
+    pids: list[int] = []
+    cpu = min(os.sched_getaffinity(0))
+    with servers.toolkit_serve(ROOT / "samples" / "quickstart", tmp_path / "serve.log", cpus=str(cpu), pids=pids):
+        (pid,) = pids
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert command[1:4] == [b"-m", b"toolkit.cli", b"serve"]
+        assert os.sched_getaffinity(pid) == {cpu}
+    assert not Path(f"/proc/{pid}").exists()  # stopped and reaped
