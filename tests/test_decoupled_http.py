@@ -83,8 +83,9 @@ def test_generate_maps_keys_to_inputs_and_parameters_as_triton(server):
 
 
 def test_generate_needs_exactly_one_response(server):
-    assert post(server, "/v2/models/square/generate", {"IN": 1}) == (
-        200, post(server, "/v2/models/square/generate", {"IN": 1})[1], b'{"OUT":1,"model_name":"square","model_version":"1"}'
+    status, headers, body = post(server, "/v2/models/square/generate", {"IN": 1})
+    assert (status, headers["content-type"], body) == (
+        200, "application/json", b'{"OUT":1,"model_name":"square","model_version":"1"}'
     )
     message = {"error": "generate expects model to produce exactly 1 response, use generate stream for model that generates "
                         "various number of responses"}
