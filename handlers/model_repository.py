@@ -60,13 +60,16 @@ class LoadedModel:
     statistics: ModelStatistics = field(init=False)
 
     labels: dict[str, list[str]] = field(init=False)
-    # The protocol's request plans for this version, by JSON header (handlers/protocol/plans.py).
+    # The protocols' request plans for this version: HTTP's by JSON header (handlers/protocol/plans.py),
+    # gRPC's by the message without its tensor data (handlers/protocol/grpc/plans.py).
     request_plans: dict[bytes, Any] = field(init=False, repr=False)
+    grpc_request_plans: dict[bytes, Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.statistics = ModelStatistics(self.spec.name, self.version, ModelMetrics(self.spec.name, self.version))
         self.labels = {}
         self.request_plans = {}
+        self.grpc_request_plans = {}
 
     def load_labels(self) -> None:
         """Label files of outputs (classification extension), one label per line; the name is

@@ -21,6 +21,7 @@ model starts with none.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import limits
@@ -32,7 +33,7 @@ from .validation import validate_request
 if TYPE_CHECKING:
     from ..model_repository import LoadedModel
 
-__all__ = ["MAX_HEADER", "MAX_PLANS", "RequestPlan", "infer_request"]
+__all__ = ["MAX_HEADER", "MAX_PLANS", "RequestPlan", "infer_request", "keep", "plan_of"]
 
 MAX_PLANS = 16  # per model
 MAX_HEADER = 4096  # bytes of JSON: a longer header is not kept
@@ -57,10 +58,18 @@ class RequestPlan(NamedTuple):
     flags: int
 
     def request(self, model_name: str, model_version: int, payload: memoryview) -> InferRequest:
+        """The request of a payload of `payload_size` bytes (HTTP: the body after the header)."""
+        return self.request_from(model_name, model_version,
+                                 [payload[planned.span.start:planned.span.end] for planned in self.inputs])
+
+    def request_from(self, model_name: str, model_version: int, buffers: Sequence[memoryview | bytes],
+                     ) -> InferRequest:
+        """The request whose inputs' data are `buffers`, one per planned input, in order, each of
+        its span's size."""
         inputs = {}
-        for planned in self.inputs:
+        for planned, buffer in zip(self.inputs, buffers):
             span = planned.span
-            array = array_from_buffer(payload[span.start:span.end], span.datatype, span.shape)
+            array = array_from_buffer(buffer, span.datatype, span.shape)
             inputs[span.name] = array if planned.shape is None else array.reshape(planned.shape)
         outputs = self.requested_outputs
         return InferRequest(
@@ -89,11 +98,13 @@ def infer_request(model: LoadedModel, body: bytes | bytearray | memoryview,
     bounds.check_request(request)
     validate_request(model.spec.config, request, model.io)
     if key is not None and spans is not None:
-        _keep(model.request_plans, key, _plan(request, spans, len(framing.payload)))
+        keep(model.request_plans, key, plan_of(request, spans, len(framing.payload)))
     return request
 
 
-def _plan(request: InferRequest, spans: list[Span], payload_size: int) -> RequestPlan:
+def plan_of(request: InferRequest, spans: Sequence[Span], payload_size: int) -> RequestPlan:
+    """The plan of a request that passed the full path, its inputs' data at `spans` (in the
+    request's input order) of a payload of `payload_size` bytes."""
     inputs = []
     for span in spans:
         shape = request.inputs[span.name].shape
@@ -105,7 +116,8 @@ def _plan(request: InferRequest, spans: list[Span], payload_size: int) -> Reques
                        request.timeout_us, request.correlation_id, request.flags)
 
 
-def _keep(plans: dict[bytes, RequestPlan], key: bytes, plan: RequestPlan) -> None:
+def keep(plans: dict[bytes, Any], key: bytes, plan: Any) -> None:
+    """`plan` kept under `key`, with at most MAX_PLANS in `plans` (the oldest goes first)."""
     plans[key] = plan
     while len(plans) > MAX_PLANS:
         try:

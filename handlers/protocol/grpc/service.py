@@ -7,7 +7,8 @@ deserializers: requests are parsed here, so a malformed protobuf is INVALID_ARGU
 message (grpcio's own deserializer failure would be INTERNAL, tritonserver's is INTERNAL too).
 
 Inference feeds the same runtime as REST: `validate_request`, the request limits
-(handlers/limits.py), the model's scheduler (batcher, statistics, metrics).
+(handlers/limits.py), the model's scheduler (batcher, statistics, metrics); a repeated request is
+made from its plan (handlers/protocol/grpc/plans.py), as HTTP's are.
 
 `ModelStreamInfer` reads requests while earlier ones run: each request is inferred concurrently,
 responses of non-decoupled models are written in request order (as Triton does), those of
@@ -32,7 +33,7 @@ import grpc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
-from ... import limits, workers
+from ... import workers
 from ...batching import OnLoop
 from ...errors import ErrorCode, InferenceError, invalid_argument, not_found, unavailable, unsupported
 from ...inference import InferOutcome, InferRequest
@@ -40,10 +41,9 @@ from ...limits import PayloadTooLarge
 from ...model_repository import LoadedModel, ModelRepository
 from ...streaming import StreamEvent
 from ..routes import model_metadata_document, server_metadata_document
-from ..validation import validate_request
-from . import generated
+from . import generated, plans
 from .settings import LogSettings, trace_settings
-from .tensors import FINAL_RESPONSE, decode_infer_request, encode_infer_response, parse_version, set_parameter
+from .tensors import FINAL_RESPONSE, encode_infer_response, parse_version, set_parameter
 
 log = logging.getLogger("handlers.protocol.grpc")
 
@@ -287,12 +287,7 @@ class InferenceService:
             model = self._ready_model(message.model_name, message.model_version)
         if unary and model.decoupled:
             raise unsupported("ModelInfer RPC doesn't support models with decoupled transaction policy")
-        config = model.spec.config
-        request, empty_final = decode_infer_request(
-            message, config, model_name=model.name, model_version=model.version
-        )
-        limits.LIMITS.check_request(request)
-        validate_request(config, request, model.io)
+        request, empty_final = plans.infer_request(model, message)
         return model, request, empty_final
 
     async def _infer(self, message: Any) -> tuple[Any, bool]:
