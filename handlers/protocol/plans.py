@@ -104,7 +104,8 @@ def infer_request(model: LoadedModel, body: bytes | bytearray | memoryview,
 
 def plan_of(request: InferRequest, spans: Sequence[Span], payload_size: int) -> RequestPlan:
     """The plan of a request that passed the full path, its inputs' data at `spans` (in the
-    request's input order) of a payload of `payload_size` bytes."""
+    request's input order) of a payload of `payload_size` bytes (-1 where each input's data is a
+    buffer of its own, as gRPC's raw contents are: `request_from` takes those)."""
     inputs = []
     for span in spans:
         shape = request.inputs[span.name].shape
