@@ -25,26 +25,12 @@ from handlers.inference import InferRequest
 from handlers.manifest import ModelSpec
 from handlers.model_repository import LoadedModel
 from handlers.protocol import plans as http_plans
-from handlers.protocol.codec import tensor_datatype
 from handlers.protocol.grpc import plans
 from handlers.protocol.grpc.tensors import decode_infer_request
 from handlers.protocol.validation import validate_request
 from serving import ROOT, serve
-
-CONFIG = {
-    "name": "m",
-    "max_batch_size": 8,
-    "input": [
-        {"name": "A", "data_type": "TYPE_FP32", "dims": [4], "reshape": {"shape": [2, 2]}},
-        {"name": "B", "data_type": "TYPE_BF16", "dims": [-1]},
-        {"name": "C", "data_type": "TYPE_INT64", "dims": [1]},
-        {"name": "S", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
-    ],
-    "output": [
-        {"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]},
-        {"name": "OUT2", "data_type": "TYPE_INT32", "dims": [1]},
-    ],
-}
+from test_request_plans import CONFIG, error_of  # the HTTP plans' model and error format
+from test_request_plans import assert_same as assert_same_request
 
 PARAMETERS = {"request_id": "req-1", "priority": 2, "timeout": 5000, "sequence_id": 7, "sequence_start": True,
               "parameters": {"custom": "yes"}, "empty_final": True}
@@ -93,26 +79,9 @@ def full_path(model: LoadedModel, data: bytes) -> tuple[InferRequest, bool]:
     return request, empty_final
 
 
-def error_of(call) -> str:
-    with pytest.raises(InferenceError) as caught:
-        call()
-    return f"{type(caught.value).__name__}: {caught.value}"
-
-
 def assert_same(made: tuple[InferRequest, bool], expected: tuple[InferRequest, bool]) -> None:
-    (request, empty_final), (wanted, wanted_empty_final) = made, expected
-    assert empty_final == wanted_empty_final
-    for field in ("model_name", "model_version", "id", "parameters", "requested_outputs", "batch_size",
-                  "priority", "timeout_us", "correlation_id", "flags", "frontend_parameters", "responses"):
-        assert getattr(request, field) == getattr(wanted, field), field
-    assert list(request.inputs) == list(wanted.inputs)
-    for name, array in wanted.inputs.items():
-        assert tensor_datatype(request.inputs[name]) == tensor_datatype(array), name
-        assert request.inputs[name].shape == array.shape, name
-        if array.dtype == np.object_:
-            assert request.inputs[name].tolist() == array.tolist(), name
-        else:
-            assert request.inputs[name].tobytes() == array.tobytes(), name
+    assert made[1] == expected[1]  # empty_final
+    assert_same_request(made[0], expected[0])
 
 
 @pytest.mark.parametrize("fields", [{}, PARAMETERS])
