@@ -172,9 +172,7 @@ def main() -> None:
                 frontend=arm.frontend))
         for repeat in range(args.repeats):
             levels: dict[tuple[str, int], perf_analyzer.Level] = {}
-            # each repeat starts one arm later: an arm's place in the repeat moves its rate by several
-            # percent (an arm right after another ran 5-10 % slower or faster in one run)
-            for arm in arms[repeat % len(arms):] + arms[:repeat % len(arms)]:
+            for arm in servers.rotated(arms, repeat):
                 for rows in sizes:
                     [levels[arm.name, rows]] = perf_analyzer.run_levels(
                         MODEL, urls[arm.name], concurrency=f"{args.concurrency}:{args.concurrency}", batch=rows,

@@ -183,7 +183,7 @@ def main() -> int:
                     for label, (_, measure_ceiling) in models.items():
                         for batch in BATCH_SIZES:
                             ceilings[variant, label][batch].append(measure_ceiling(repo, batch, args.instances, args.seconds))
-                for arm in (arm for arm in arms if arm.variant == variant):
+                for arm in servers.rotated([arm for arm in arms if arm.variant == variant], repeat):
                     for label, (name, _) in models.items():
                         [level] = perf_analyzer.run_levels(
                             name, urls[arm.name], batch=2, shape=shape, concurrency=f"{args.concurrency}:{args.concurrency}",

@@ -150,7 +150,7 @@ def _run(args: argparse.Namespace, work: Path) -> None:
                 with servers.pinned(server_cpus[variant]):
                     for batch in sizes:
                         ceilings[variant][batch].append(ceiling(model, batch, INSTANCES, args.ceiling_seconds))
-                for arm in (arm for arm in arms if arm.variant == variant):
+                for arm in servers.rotated([arm for arm in arms if arm.variant == variant], repeat):
                     (level,) = perf_analyzer.run_levels(
                         MODEL, urls[arm.name], concurrency="16:16", shape="INPUT__0:1,32,100",
                         measurement_ms=args.measurement_ms, max_trials=5, cpus=arm.client_cpus,

@@ -240,6 +240,16 @@ def arms(variants: str, frontend_spec: str) -> list[Arm]:
     return [Arm(v, *(split if v == "pinned" else (None, None)), frontend) for v in wanted for frontend in chosen]
 
 
+def rotated(arms: list[Arm], repeat: int) -> list[Arm]:
+    """`arms` in the order repeat `repeat` serves them: each repeat starts one arm later. An arm's
+    place in a repeat moves its rate by several percent (in one FIL run the arm served right after
+    another was 5-10 % off), so every arm takes every place in turn."""
+    if not arms:
+        return arms
+    start = repeat % len(arms)
+    return arms[start:] + arms[:start]
+
+
 @contextlib.contextmanager
 def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable,
                   cpus: str | None = None, frontend: Frontend = FRONTENDS["http-uvicorn"],

@@ -92,3 +92,13 @@ def test_toolkit_serve_names_the_process_that_serves(tmp_path: Path) -> None:
         assert command[1:4] == [b"-m", b"toolkit.cli", b"serve"]
         assert os.sched_getaffinity(pid) == {cpu}
     assert not Path(f"/proc/{pid}").exists()  # stopped and reaped
+
+
+def test_every_arm_takes_every_place_in_turn() -> None:
+    """bench/servers.rotated: repeat r serves the arms starting from the r-th, so over as many
+    repeats as arms each arm is served first, second, ... once."""
+    arms = [servers.Arm("pinned", "0", "1", servers.FRONTENDS[name]) for name in ("http-uvicorn", "http-native", "grpc-native")]
+    orders = [[arm.frontend.name for arm in servers.rotated(arms, repeat)] for repeat in range(4)]
+    assert orders == [["http-uvicorn", "http-native", "grpc-native"], ["http-native", "grpc-native", "http-uvicorn"],
+                      ["grpc-native", "http-uvicorn", "http-native"], ["http-uvicorn", "http-native", "grpc-native"]]
+    assert servers.rotated([], 3) == []
