@@ -142,15 +142,17 @@ def test_a_lower_element_limit_refuses_a_planned_message(model, monkeypatch):
     assert error_of(lambda: plans.infer_request(model, parsed(message(1)))) == expected
 
 
-def test_the_full_path_leaves_the_message_as_it_came(model):
-    data = message(0)
-    first = parsed(data)
-    plans.infer_request(model, first)  # decoded in full: the raw contents are put back
-    assert first.SerializeToString() == data
-    failing = parsed(message(1, output="NOPE"))
-    with pytest.raises(InferenceError):
-        plans.infer_request(model, failing)
-    assert list(failing.raw_input_contents) == list(parsed(message(1)).raw_input_contents)
+def test_each_request_keeps_its_own_id(model):
+    """The id is not part of the key: a client that numbers its requests has one plan, and each
+    request (and error message) carries its own id."""
+    for seed in range(3):
+        data = message(seed, request_id=f"id-{seed}")
+        made = plans.infer_request(model, parsed(data))
+        assert_same(made, full_path(model, data))
+        assert made[0].id == f"id-{seed}"
+    assert len(model.grpc_request_plans) == 1
+    refused = message(3, request_id="id-3", output="NOPE")
+    assert error_of(lambda: plans.infer_request(model, parsed(refused))) == error_of(lambda: full_path(model, refused))
 
 
 def test_parameters_in_another_order_share_a_plan(model):
@@ -170,7 +172,8 @@ def test_parameters_in_another_order_share_a_plan(model):
 @pytest.mark.parametrize("kind", ["bytes", "long key"])
 def test_messages_whose_request_depends_on_more_than_their_fields_are_not_planned(model, kind):
     for seed in range(3):
-        data = message(seed, strings=True) if kind == "bytes" else message(seed, request_id="x" * http_plans.MAX_HEADER)
+        data = (message(seed, strings=True) if kind == "bytes"
+                else message(seed, parameters={"note": "x" * http_plans.MAX_HEADER}))
         assert_same(plans.infer_request(model, parsed(data)), full_path(model, data))
     assert model.grpc_request_plans == {}
 
@@ -198,10 +201,10 @@ def test_a_refused_request_is_never_planned(model):
 
 def test_a_model_keeps_at_most_max_plans(model):
     for seed in range(http_plans.MAX_PLANS + 4):
-        plans.infer_request(model, parsed(message(seed, request_id=f"id-{seed}")))
+        plans.infer_request(model, parsed(message(seed, parameters={"n": seed})))
     assert len(model.grpc_request_plans) == http_plans.MAX_PLANS
-    kept = [parsed(key).id for key in model.grpc_request_plans]
-    assert kept == [f"id-{seed}" for seed in range(4, http_plans.MAX_PLANS + 4)]
+    kept = [parsed(key).parameters["n"].int64_param for key in model.grpc_request_plans]
+    assert kept == list(range(4, http_plans.MAX_PLANS + 4))
 
 
 def test_requests_with_one_set_of_fields_each_get_their_own_data():

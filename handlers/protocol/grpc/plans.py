@@ -4,9 +4,10 @@ message's other fields).
 
 tritonclient and perf_analyzer send every request of a kind with the same fields (model, id,
 parameters, input names, datatypes and shapes, requested outputs) and new `raw_input_contents`.
-The key is the message without those contents, serialized by protobuf with deterministic output
-(map entries in key order), so messages whose other fields are equal have one key, and messages
-whose fields differ never share one. Once such a message has passed the full path
+The key is the message without those contents and without its id, serialized by protobuf with
+deterministic output (map entries in key order), so messages whose other fields are equal have one
+key, and messages whose fields differ never share one; the id is the request's own (it reaches a
+request only as its id, and error messages, which plans never give). Once such a message has passed the full path
 (decode_infer_request, the element limit, validate_request), the next one with the same key and
 raw contents of the same count and sizes is made from the plan: one array over each raw content,
 reshaped as validation reshaped it. Every check the full path makes is decided by those fields and
@@ -44,40 +45,44 @@ class GrpcPlan(NamedTuple):
 def infer_request(model: LoadedModel, message: Any) -> tuple[InferRequest, bool]:
     """The validated request of a ModelInferRequest for `model`, and whether the client asked for
     an empty final response: from the plan of its fields when there is one for raw contents of
-    these sizes, else decoded, limited and validated in full (and planned, when it can be). A
-    request made from a plan takes the message's raw contents (its arrays are over them; putting
-    them back would copy them again), so the message is left without them; the full path leaves
-    it as it came."""
+    these sizes, else decoded, limited and validated in full (and planned, when it can be). The
+    message's raw contents go to the request (its arrays are over them; putting them back would
+    copy them again): the message is left without them."""
     contents = list(message.raw_input_contents)
     key = None
     if contents:
-        message.ClearField("raw_input_contents")  # put back below, unless the plan makes the request
+        message.ClearField("raw_input_contents")
+        request_id = message.id  # not in the key: a client giving each request its own id has one plan
+        if request_id:
+            message.ClearField("id")
         key = message.SerializeToString(deterministic=True)
+        message.id = request_id
         planned = model.grpc_request_plans.get(key)
         if (planned is not None and tuple(map(len, contents)) == planned.sizes
                 and planned.plan.elements <= limits.LIMITS.max_tensor_elements):
-            return planned.plan.request_from(model.name, model.version, contents), planned.empty_final
-        message.raw_input_contents.extend(contents)
+            request = planned.plan.request_from(model.name, model.version, contents)
+            request.id = request_id
+            return request, planned.empty_final
     config = model.spec.config
-    request, empty_final = decode_infer_request(message, config, model_name=model.name, model_version=model.version)
+    request, empty_final = decode_infer_request(message, config, model_name=model.name, model_version=model.version,
+                                                raw_contents=contents)
     limits.LIMITS.check_request(request)
     validate_request(config, request, model.io)
-    if key is not None and len(key) <= MAX_HEADER:
-        spans = _spans(message, contents)
-        if spans is not None:
-            keep(model.grpc_request_plans, key,
-                 GrpcPlan(plan_of(request, spans, -1), tuple(map(len, contents)), empty_final))
+    if key is not None and len(key) <= MAX_HEADER and _plannable(message, contents):
+        sizes = tuple(map(len, contents))
+        spans = [Span(tensor.name, tensor.datatype, tuple(tensor.shape), 0, size)
+                 for tensor, size in zip(message.inputs, sizes)]
+        keep(model.grpc_request_plans, key, GrpcPlan(plan_of(request, spans, -1), sizes, empty_final))
     return request, empty_final
 
 
-def _spans(message: Any, contents: list[bytes]) -> list[Span] | None:
-    """Each input's data as a span of its own raw content (the whole of it), when every input's
-    data is one raw content of a fixed-size datatype; else None."""
-    if len(contents) != len(message.inputs):
-        return None
-    spans = []
-    for tensor, content in zip(message.inputs, contents):
+def _plannable(message: Any, contents: list[bytes]) -> bool:
+    """Whether every input's data is one raw content of a fixed-size datatype (input i takes raw
+    content i then, as decode_infer_request assigns them)."""
+    inputs = message.inputs
+    if len(contents) != len(inputs):
+        return False
+    for tensor in inputs:
         if tensor.datatype == "BYTES" or tensor.HasField("contents"):
-            return None
-        spans.append(Span(tensor.name, tensor.datatype, tuple(tensor.shape), 0, len(content)))
-    return spans
+            return False
+    return True

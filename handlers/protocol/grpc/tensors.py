@@ -246,15 +246,18 @@ def _from_raw(raw: bytes, datatype: str, shape: list[int], where: BytesContext) 
 
 
 def decode_infer_request(
-    message: Any, config: Mapping[str, Any], *, model_name: str, model_version: int
+    message: Any, config: Mapping[str, Any], *, model_name: str, model_version: int,
+    raw_contents: Sequence[bytes] | None = None,
 ) -> tuple[InferRequest, bool]:
     """A `ModelInferRequest` as an `InferRequest` for `model_name` (not yet validated against
     the model: `validate_request` does that), and whether the client asked for an empty final
-    response (`triton_enable_empty_final_response`, streams only)."""
+    response (`triton_enable_empty_final_response`, streams only). `raw_contents`: the message's
+    raw input contents when the caller has taken them out of it (grpc/plans.py), else read there."""
     request = InferRequest(model_name=model_name, model_version=model_version, inputs={}, id=message.id)
     empty_final = _decode_parameters(message, request)
     prefix = log_prefix(message.id)
-    raw_contents = message.raw_input_contents
+    if raw_contents is None:
+        raw_contents = message.raw_input_contents
     raw_index = 0
     for tensor in message.inputs:
         name = tensor.name
