@@ -94,9 +94,10 @@ def make_repository(root: Path, framework: str, trees: int, features: int, insta
     return root
 
 
-def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
+def ceiling(repo: Path, batch: int, instances: int, seconds: float, windows: int = 1) -> list[float]:
     """Rows per second of `instances` threads each predicting batches of `batch` rows with its own
-    copy of the model, as the runtime's instances do."""
+    copy of the model, as the runtime's instances do: one rate per window of `seconds`, the models
+    loaded once."""
     from handlers import cpu_budget
     from handlers.backends.fil.instance import prediction_threads
     from handlers.backends.fil.model import load_model
@@ -118,7 +119,8 @@ def ceiling(repo: Path, batch: int, instances: int, seconds: float) -> float:
     for model in models:
         model.predict(rows, threads)
     try:
-        return servers.threads_rate([lambda model=model: model.predict(rows, threads) for model in models], seconds) * batch
+        calls = [lambda model=model: model.predict(rows, threads) for model in models]
+        return [servers.threads_rate(calls, seconds) * batch for _ in range(windows)]
     finally:
         for model in models:
             model.close()
@@ -187,8 +189,8 @@ def main() -> None:
                 for rows in sizes:
                     batch = max(1, round(statistics.median(levels[arm.name, rows].batch_size for arm in mine)))
                     with servers.pinned(mine[0].server_cpus):
-                        windows = [ceiling(repo, batch, args.instances, args.measurement_ms / 1000)
-                                   for _ in range(args.ceiling_windows)]
+                        windows = ceiling(repo, batch, args.instances, args.measurement_ms / 1000,
+                                          args.ceiling_windows)
                     limit = statistics.median(windows)
                     for arm in mine:
                         level = levels[arm.name, rows]
