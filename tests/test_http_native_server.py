@@ -84,7 +84,11 @@ async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:
 def _server_end(client: socket.socket) -> str | None:
     """`socket:[inode]` of the server's end of `client`'s connection while this process holds it
     open (the server runs in this process), else None."""
-    local, peer = client.getsockname()[1], client.getpeername()[1]
+    return _server_end_of(client.getsockname()[1], client.getpeername()[1])
+
+
+def _server_end_of(local: int, peer: int) -> str | None:
+    """_server_end of the connection from port `local` to the server's port `peer`."""
     inodes = set()
     for line in open("/proc/net/tcp").read().splitlines()[1:]:
         fields = line.split()
@@ -116,6 +120,32 @@ def test_a_drain_closes_the_connections_kept_lingering_after_an_error_answer():
             assert _server_end(sock) is not None
             server.stop()
             assert _server_end(sock) is None  # closed by the drain, not left open after the worker ended
+
+
+def test_a_lingering_connection_takes_no_cpu_and_ends_when_its_client_closes():
+    """The loop's epoll changes are batched per turn (libevent's changelist), so a socket must
+    never be left in epoll under a descriptor closed while a copy holds it open: the loop would be
+    woken for it on every turn. A lingering connection keeps evhttp's own descriptor, so its
+    worker sleeps while it lingers (this took a whole core with a copy), and closes the server's
+    end once the client closes its own."""
+    with running(hello) as server:
+        with server.connect() as sock:
+            sock.sendall(b"THIS IS NOT HTTP\r\n\r\n")
+            assert read_response(sock, bytearray())[0] == 400
+            assert sock.recv(1) == b""
+            sock.sendall(b"still sending")
+            ports = sock.getsockname()[1], sock.getpeername()[1]
+            assert _server_end_of(*ports) is not None
+            before = time.process_time()
+            time.sleep(1.0)
+            assert time.process_time() - before < 0.25  # this process's CPU, every thread's
+            with server.connect() as other:  # the worker still serves
+                other.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert read_response(other, bytearray())[2] == b"hello"
+        deadline = time.monotonic() + 10
+        while _server_end_of(*ports) is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _server_end_of(*ports) is None
 
 
 class Producer:

@@ -34,6 +34,7 @@
 #include <event2/http.h>
 #include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 #include <event2/thread.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -193,7 +194,21 @@ class Worker {
  public:
   Worker(Hub* hub, int listen_fd, int64_t max_body, double timeout, const Refusals* refusals)
       : hub_(hub), max_body_(static_cast<uint64_t>(max_body)), refusals_(refusals) {
-    base_ = event_base_new();
+    // epoll's changes batched per loop turn (libevent's changelist): evhttp turns a connection's
+    // read and write interest on and off around every request, and the in-flight watch adds and
+    // removes EPOLLRDHUP, 6 epoll_ctl calls per request; batched, ~2. libevent's one caveat
+    // is a socket with two descriptors (dup): a descriptor closed before the loop's next turn
+    // keeps its epoll entry while the other one holds the socket open, so the loop would be woken
+    // for it without end. No descriptor closed here has a copy: a lingering connection keeps
+    // evhttp's own descriptor (Linger), and the listening socket's copy leaves epoll a turn before
+    // it is closed (StopAccepting's second step, OnUnbind).
+    event_config* config = event_config_new();
+    if (config != nullptr) {
+      event_config_set_flag(config, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+      base_ = event_base_new_with_config(config);
+      event_config_free(config);
+    }
+    if (base_ == nullptr) return;
     http_ = evhttp_new(base_);
     evhttp_set_default_content_type(http_, nullptr);
     evhttp_set_allowed_methods(http_, kEveryMethod);  // every method reaches Python, which answers (405, 404)
@@ -353,7 +368,7 @@ class Worker {
     if (found != self->heads_.end()) {
       Head* head = found->second.get();
       if (head->stream != nullptr) self->StreamLost(evcon, head);
-      if (head->linger) self->Linger(bufferevent_getfd(bev));
+      if (head->linger) self->Linger(bev);
       evbuffer_remove_cb_entry(bufferevent_get_input(bev), head->on_input);
       evbuffer_remove_cb_entry(bufferevent_get_output(bev), head->on_output);
       self->heads_.erase(found);
@@ -606,9 +621,12 @@ class Worker {
   // Lingering close for an answer evhttp gave in the middle of a request (a chunked body over the
   // limit, a malformed request): evhttp closes the connection once its answer is written, and a
   // close with unread input resets it, which can take the answer from the client before it reads
-  // it. Reading and dropping what still comes on a copy of the socket (for up to kLingerSeconds)
-  // keeps the connection open until the client closes it; evhttp's shutdown(SHUT_WR) has already
-  // told the client the answer is complete. The worker's end closes what still lingers.
+  // it. Reading and dropping what still comes (for up to kLingerSeconds) keeps the connection
+  // open until the client closes it; evhttp's shutdown(SHUT_WR) tells the client the answer is
+  // complete. The worker's end closes what still lingers. The socket is taken from the
+  // connection's bufferevent as evhttp frees it (it then closes nothing: the bufferevent holds no
+  // descriptor, and evhttp closes its own only without BEV_OPT_CLOSE_ON_FREE, which ours have),
+  // not copied: a copy would keep the closed descriptor's epoll entry alive (the constructor).
   static constexpr int kLingerSeconds = 10;
 
   struct Lingering {
@@ -617,14 +635,12 @@ class Worker {
     event* ev;
   };
 
-  void Linger(int fd) {
-    if (fd < 0) return;
-    int copy = dup(fd);
-    if (copy < 0) return;
-    evutil_make_socket_nonblocking(copy);
-    Lingering* lingering = new Lingering{this, copy, nullptr};
+  void Linger(bufferevent* bev) {
+    int fd = bufferevent_getfd(bev);
+    if (fd < 0 || bufferevent_setfd(bev, -1) != 0) return;
+    Lingering* lingering = new Lingering{this, fd, nullptr};
     lingering_.insert(lingering);
-    lingering->ev = event_new(base_, copy, EV_READ | EV_PERSIST, &Worker::OnLinger, lingering);
+    lingering->ev = event_new(base_, fd, EV_READ | EV_PERSIST, &Worker::OnLinger, lingering);
     struct timeval tv = {kLingerSeconds, 0};
     if (lingering->ev == nullptr || event_add(lingering->ev, &tv) != 0) EndLinger(lingering);
   }
@@ -799,11 +815,22 @@ class Worker {
       op.req->Unref();
     }
     self->writing_ = false;
-    if (stop_accepting && self->bound_ != nullptr) {
-      evhttp_del_accept_socket(self->http_, self->bound_);
-      self->bound_ = nullptr;
+    if (stop_accepting && self->bound_ != nullptr && !self->unbinding_) {
+      // first out of epoll (the change is made at the loop's next turn), then closed
+      // (evhttp_del_accept_socket closes this worker's copy of the listening socket) on the turn
+      // after: see the constructor
+      self->unbinding_ = true;
+      evconnlistener_disable(evhttp_bound_socket_get_listener(self->bound_));
+      struct timeval now = {0, 0};
+      if (event_base_once(self->base_, -1, EV_TIMEOUT, &Worker::OnUnbind, self, &now) != 0) OnUnbind(-1, 0, self);
     }
     if (finish) self->TryFinish();
+  }
+
+  static void OnUnbind(evutil_socket_t, short, void* arg) {
+    Worker* self = static_cast<Worker*>(arg);
+    if (self->bound_ != nullptr && self->http_ != nullptr) evhttp_del_accept_socket(self->http_, self->bound_);
+    self->bound_ = nullptr;
   }
 
   static void OnStopTimer(evutil_socket_t, short, void* arg) { static_cast<Worker*>(arg)->TryFinish(); }
@@ -894,6 +921,7 @@ class Worker {
   event_base* base_ = nullptr;
   evhttp* http_ = nullptr;
   evhttp_bound_socket* bound_ = nullptr;
+  bool unbinding_ = false;
   event* wake_ = nullptr;
   event* stop_timer_ = nullptr;
   std::thread thread_;
