@@ -1,6 +1,6 @@
 """`toolkit serve` with a `backend: "fil"` model against its ceiling: Treelite alone, in-process.
 
-    .venv/bin/python bench/fil_ceiling.py                 # ~4 min on 2 cores; --quick: ~1 min
+    .venv/bin/python bench/fil_ceiling.py                 # ~50 s per arm and repeat (defaults: 12, ~10 min); --quick: 1 short repeat
     .venv/bin/python bench/fil_ceiling.py --framework lightgbm --instances 2
 
 A tree model trained here (XGBoost JSON or LightGBM text; --trees, --features) is served by
