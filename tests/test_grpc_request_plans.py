@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -29,7 +28,7 @@ from handlers.protocol.grpc import plans
 from handlers.protocol.grpc.tensors import decode_infer_request
 from handlers.protocol.validation import validate_request
 from serving import ROOT, serve
-from test_request_plans import CONFIG, error_of  # the HTTP plans' model and error format
+from test_request_plans import CONFIG, error_of, sample_inputs  # the HTTP plans' model, error format, inputs
 from test_request_plans import assert_same as assert_same_request
 
 PARAMETERS = {"request_id": "req-1", "priority": 2, "timeout": 5000, "sequence_id": 7, "sequence_start": True,
@@ -47,17 +46,10 @@ def message(seed: int = 0, batch: int = 2, *, strings: bool = False, request_id:
             parameters: dict | None = None, output: str = "OUT2", empty_final: bool = False) -> bytes:
     """A ModelInferRequest to CONFIG's model as tritonclient.grpc makes it, serialized (as it
     arrives); `empty_final` as its stream client sets it (`enable_empty_final_response`)."""
-    rng = np.random.default_rng(seed)
     tensors = []
-    for name, data, datatype in (("A", rng.standard_normal((batch, 4)).astype(np.float32), "FP32"),
-                                 ("B", rng.standard_normal((batch, 3)).astype(ml_dtypes.bfloat16), "BF16"),
-                                 ("C", rng.integers(0, 1000, (batch, 1)), "INT64")):
+    for name, data, datatype in sample_inputs(seed, batch, strings=strings):
         tensor = grpcclient.InferInput(name, list(data.shape), datatype)
         tensor.set_data_from_numpy(data)
-        tensors.append(tensor)
-    if strings:
-        tensor = grpcclient.InferInput("S", [batch, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[b"x%d" % (seed + i)] for i in range(batch)], dtype=np.object_))
         tensors.append(tensor)
     outputs = [grpcclient.InferRequestedOutput("OUT"), grpcclient.InferRequestedOutput(output, class_count=1)]
     request = _get_inference_request("m", tensors, "", request_id, outputs, sequence_id, sequence_start, False,

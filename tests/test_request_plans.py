@@ -48,21 +48,27 @@ def model() -> LoadedModel:
     return LoadedModel(spec, 1)
 
 
+def sample_inputs(seed: int, batch: int, *, strings: bool = False) -> list[tuple[str, np.ndarray, str]]:
+    """(name, data, datatype) of CONFIG's inputs for `batch` rows drawn from `seed` (with `strings`,
+    the BYTES input S too): what both protocols' plan tests send."""
+    rng = np.random.default_rng(seed)
+    inputs = [("A", rng.standard_normal((batch, 4)).astype(np.float32), "FP32"),
+              ("B", rng.standard_normal((batch, 3)).astype(ml_dtypes.bfloat16), "BF16"),
+              ("C", rng.integers(0, 1000, (batch, 1)), "INT64")]
+    if strings:
+        inputs.append(("S", np.array([[b"x%d" % (seed + i)] for i in range(batch)], dtype=np.object_), "BYTES"))
+    return inputs
+
+
 def body(seed: int = 0, batch: int = 2, *, strings: bool = False, json_data: bool = False,
          request_id: str = "", parameters: dict | None = None, output: str = "OUT2") -> tuple[bytes, str | None]:
     """A request to CONFIG's model as tritonclient makes it; `parameters`: generate_request_body's
     keyword arguments (sequence, priority, timeout, custom `parameters`)."""
-    rng = np.random.default_rng(seed)
     tensors = []
-    for name, data, datatype in (("A", rng.standard_normal((batch, 4)).astype(np.float32), "FP32"),
-                                 ("B", rng.standard_normal((batch, 3)).astype(ml_dtypes.bfloat16), "BF16"),
-                                 ("C", rng.integers(0, 1000, (batch, 1)), "INT64")):
+    for name, data, datatype in sample_inputs(seed, batch, strings=strings):
         tensor = httpclient.InferInput(name, list(data.shape), datatype)
-        tensor.set_data_from_numpy(data, binary_data=datatype == "BF16" or not json_data)  # BF16: binary only
-        tensors.append(tensor)
-    if strings:
-        tensor = httpclient.InferInput("S", [batch, 1], "BYTES")
-        tensor.set_data_from_numpy(np.array([[b"x%d" % (seed + i)] for i in range(batch)], dtype=np.object_))
+        # BF16: binary only; S (BYTES) always binary, as before
+        tensor.set_data_from_numpy(data, binary_data=datatype in ("BF16", "BYTES") or not json_data)
         tensors.append(tensor)
     outputs = [httpclient.InferRequestedOutput("OUT", binary_data=True),
                httpclient.InferRequestedOutput(output, binary_data=False, class_count=1)]
