@@ -1,10 +1,11 @@
 """The raw ceiling: ONNX Runtime in-process, no server, no client.
 
-`instances` threads, each with its own InferenceSession built with the runtime's own session
+`instances` threads, each with an InferenceSession built with the runtime's own session
 options (handlers.backends.onnxruntime.session_options, so the same intra-op threads: the
-config's, else the CPU budget's share given as `threads`), run
-`session.run` on a batch of `batch` back to back for `seconds`; the ceiling is the inferences per
-second of all of them together. A server that forms batches of that size on that many instances
+config's, else the CPU budget's share given as `threads`) and shared as the runtime shares it
+(one session for all threads where `shares_session` says the runtime's instances would share
+one, else one each), run `session.run` on a batch of `batch` back to back for `seconds`; the
+ceiling is the inferences per second of all of them together. A server that forms batches of that size on that many instances
 cannot do better; `at_batch` interpolates it for the average batch size a server executed.
 """
 
@@ -29,16 +30,22 @@ def _session(model: Path, config: dict, threads: int | None = None):
 
 
 def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], instances: int, seconds: float,
-               threads: int | None = None) -> float:
-    """Inferences per second (batch size x runs / s) of `instances` sessions running in parallel;
-    `threads`: each session's CPU budget where the config sets no intra-op threads.
+               threads: int | None = None, shared: bool | None = None) -> float:
+    """Inferences per second (batch size x runs / s) of `instances` threads running in parallel;
+    `threads`: each session's CPU budget where the config sets no intra-op threads; `shared`: the
+    threads run on one session (None: as the runtime's CPU instances would).
 
     Each session's rate is its completed runs over the time up to its last completion (a run still
     going when the window closes is neither counted nor timed: with runs of ~0.3 s in a 3 s
     window, counting runs finished by the window's end would undercount by up to a tenth)."""
-    sessions = [_session(model, config, threads) for _ in range(instances)]
+    if shared is None:
+        from handlers.backends.onnxruntime import shares_session
+
+        shared = shares_session(config, "KIND_CPU", ["CPUExecutionProvider"], threads)
+    sessions = [_session(model, config, threads)] * instances if shared else [
+        _session(model, config, threads) for _ in range(instances)]
     batch = next(iter(feeds.values())).shape[0]
-    for session in sessions:
+    for session in set(sessions):
         session.run(None, dict(feeds))  # warm-up
     counts = [0] * instances
     last = [0.0] * instances

@@ -261,8 +261,9 @@ def measure_model(model: str, args: argparse.Namespace, work: Path, data: dict) 
                                            seconds=seconds, repeats=args.repeats, threads=threads)
             ceiling_samples = {key: [value] for key, value in ceilings.items()}
         entry["ceiling_note"] = (
-            f"N threads, each with its own session (the runtime's session options: {how} intra-op "
-            f"thread(s)), running `session.run` back to back for {seconds:.0f} s, {when}; median of "
+            f"N threads on sessions as the runtime makes them (its session options: {how} intra-op "
+            f"thread(s); one session shared by the N threads where the runtime's instances share one, "
+            f"at 1 intra-op thread each, else one each), running `session.run` back to back for {seconds:.0f} s, {when}; median of "
             f"{args.repeats}. The ceiling of a configuration is this table at the average batch size its batcher "
             "executed (per-inference time interpolated between measured sizes).")
 

@@ -253,7 +253,7 @@ def rotated(arms: list[Arm], repeat: int) -> list[Arm]:
 @contextlib.contextmanager
 def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys.executable,
                   cpus: str | None = None, frontend: Frontend = FRONTENDS["http-uvicorn"],
-                  source: Path = ROOT, pids: list[int] | None = None) -> Iterator[str]:
+                  source: Path = ROOT, pids: list[int] | None = None, log_level: str = "warning") -> Iterator[str]:
     """`toolkit serve REPO --device cpu` on a free HTTP port (and, for a gRPC `frontend`, a free
     gRPC port; the metrics port off, so that nothing else on the machine collides with them) until
     ready; yields the host:port perf_analyzer reaches it at for `frontend.protocol`, stops its
@@ -261,7 +261,7 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
     `cpus` (a taskset list) pins the server to those CPUs (its CPU budget then sees only them).
     `source`: the tree whose toolkit/ and handlers/ run (python -m puts it first on the path; a
     before/after comparison serves from an exported older commit). `pids`, when given, gets the
-    server's process id (taskset execs the server in its own process)."""
+    server's process id (taskset execs the server in its own process); `log_level`: its --log-level."""
     port = free_port()
     grpc_port = free_port() if frontend.grpc is not None else 0
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -269,7 +269,7 @@ def toolkit_serve(repo: Path, log: Path, timeout: float = 300, python: str = sys
     with open(log, "w") as handle:
         process = subprocess.Popen(
             [*pin, python, "-m", "toolkit.cli", "serve", str(repo), "--port", str(port), "--device", "cpu",
-             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--log-level", "warning"],
+             "--grpc-port", str(grpc_port), "--metrics-port", "0", "--log-level", log_level],
             cwd=source, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, **frontend.env()},
         )

@@ -1,4 +1,5 @@
-"""ONNX Runtime backend: one InferenceSession per model instance, as Triton's onnxruntime backend.
+"""ONNX Runtime backend: an InferenceSession per model instance, as Triton's onnxruntime backend,
+except that CPU instances of one intra-op thread share one session (below).
 
 Session options come from the config's `parameters` (intra_op_thread_count, inter_op_thread_count,
 execution_mode, enable_mem_arena, enable_mem_pattern) and `optimization.graph.level`; thread
@@ -7,6 +8,16 @@ share of the container's CPUs, where Triton leaves ORT's default of every core);
 providers from the instance group kind and `optimization.execution_accelerators` (CUDA and
 TensorRT on GPU instances, OpenVINO on CPU when installed). Batches arrive as lists of requests;
 their inputs are concatenated along the batch dimension, run once, and split back per request.
+
+Shared sessions (`shares_session`): the instances of a model version that run on the CPU
+execution provider alone, with one intra-op thread and sequential execution (the CPU budget's plan
+wherever a version has as many instances as the container has CPUs, or more), run on one session:
+ONNX Runtime's `Run` is thread-safe, and with one intra-op thread each run computes on its
+caller's thread, so the instances still run in parallel. The weights are loaded, pre-packed and
+held once instead of once per instance: the seeds' full-width text_recognition (177 MB) with its
+2 instances takes 796 MB of memory instead of 1,334 and loads in 0.26 s instead of 0.52 on one
+CPU, at the same throughput and p95 (bench/ort_sessions.py, docs/performance.md). Triton creates
+a session per instance; `TOOLKIT_ORT_SHARED_SESSION=0` does the same here.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +45,7 @@ log = logging.getLogger("handlers.onnxruntime")
 # Triton's documented `optimization { graph { level } }` values.
 _GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
 TRT_CACHE_ENV = "TOOLKIT_TRT_CACHE_DIR"
+SHARED_SESSION_ENV = "TOOLKIT_ORT_SHARED_SESSION"  # "0": a session per instance, as Triton
 _OPENVINO_SESSION_LOCK = threading.Lock()
 
 
@@ -231,13 +244,49 @@ def _onnx_file(path: Path) -> Path:
     return path / "model.onnx" if path.is_dir() else path
 
 
+def shares_session(config: dict, kind: str, providers: list, threads: int | None) -> bool:
+    """Whether an instance runs on its model version's shared session (the module's docstring):
+    a CPU instance on the CPU execution provider alone, one intra-op thread (the config's, else its
+    CPU budget `threads`), sequential execution, and sharing not turned off."""
+    if os.environ.get(SHARED_SESSION_ENV, "1").strip() == "0":
+        return False
+    if kind != "KIND_CPU" or providers != ["CPUExecutionProvider"]:
+        return False
+    mode = _parameter(config, "execution_mode")
+    if mode is not None and int(mode) == 1:
+        return False
+    intra, _ = thread_counts(config, threads)
+    return intra == 1
+
+
+class _SharedSession:
+    """The session a model version's sharing instances run on; it lives as long as one of them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # the first instance makes the session; the others wait for it
+        self.session: Any = None
+
+
+_SHARED: "weakref.WeakValueDictionary[tuple, _SharedSession]" = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_session(key: tuple) -> _SharedSession:
+    with _SHARED_LOCK:
+        entry = _SHARED.get(key)
+        if entry is None:
+            entry = _SHARED[key] = _SharedSession()
+        return entry
+
+
 def create_instance(spec: ModelSpec, version: int, slot: Any) -> "OnnxRuntimeInstance":
     """One instance (the backend contract, handlers/backends/__init__.py)."""
     return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id, getattr(slot, "threads", None))
 
 
 class OnnxRuntimeInstance:
-    """One model instance: its own InferenceSession, used by one batcher worker thread at a time."""
+    """One model instance, used by one batcher worker thread at a time: its own InferenceSession,
+    or its model version's shared one (`shares_session`)."""
 
     def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
                  threads: int | None = None) -> None:
@@ -254,20 +303,34 @@ class OnnxRuntimeInstance:
         # Session creation with OpenVINO's provider is not thread-safe: the onnxruntime backend
         # serialises it with a global lock, and so does this one (instances load in parallel).
         openvino = any(p[0] == "OpenVINOExecutionProvider" for p in providers if isinstance(p, tuple))
-        try:
-            with _OPENVINO_SESSION_LOCK if openvino else contextlib.nullcontext():
-                self.session = ort.InferenceSession(str(path), sess_options=session_options(config, threads),
-                                                    providers=providers)
-        except Exception as exc:
-            raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc
+
+        def make() -> Any:
+            try:
+                with _OPENVINO_SESSION_LOCK if openvino else contextlib.nullcontext():
+                    return ort.InferenceSession(str(path), sess_options=session_options(config, threads),
+                                                providers=providers)
+            except Exception as exc:
+                raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc
+
+        self.shared = shares_session(config, kind, providers, threads)
+        if self.shared:
+            # (the spec's identity scopes the session to this load; the entry holds no reference to it)
+            self._shared = _shared_session((id(spec), version, str(path)))
+            with self._shared.lock:
+                if self._shared.session is None:  # a failed load leaves none: each instance fails on its own
+                    self._shared.session = make()
+                self.session = self._shared.session
+        else:
+            self.session = make()
         self.load_seconds = time.perf_counter() - started
         applied = self.session.get_session_options()  # what the session was built with
         self.intra_op_threads = applied.intra_op_num_threads
         self.inter_op_threads = applied.inter_op_num_threads
         log.info(
-            "model '%s' version %d instance %s: ONNX Runtime intra-op threads %d, inter-op %d%s",
+            "model '%s' version %d instance %s: ONNX Runtime intra-op threads %d, inter-op %d%s%s",
             spec.name, version, name, self.intra_op_threads, self.inter_op_threads,
             " (CPU budget)" if threads is not None and explicit_threads(config) is None else "",
+            ", the version's shared session" if self.shared else "",
         )
         self.batching = spec.max_batch_size > 0
         self._inputs = {io["name"]: io for io in config.get("input", [])}

@@ -1,0 +1,151 @@
+"""One ONNX Runtime session shared by a version's CPU instances, against one session per instance.
+
+    .venv/bin/python bench/ort_sessions.py                  # 3 interleaved repeats, ~8 min
+    .venv/bin/python bench/ort_sessions.py --quick          # 1 repeat, short windows
+
+The model is the conceptual guide's text_recognition at full width (bench/str_model.py, 177 MB of
+weights) with the guide's config verbatim (2 instances, KIND_CPU, `dynamic_batching { }`, no
+thread parameters: the CPU budget gives each instance one thread on 2 CPUs). Two arms of
+`toolkit serve` (native HTTP) differ only in TOOLKIT_ORT_SHARED_SESSION: `shared` (the default:
+one session for both instances, handlers/backends/onnxruntime.py) and `per-instance` (=0: a
+session each, as Triton). In every repeat, in rotated order, each arm's server is started and
+measured for:
+
+- the model's load: the runtime's own "loaded N model version(s) in X s" (both instances'
+  sessions, made in parallel threads), and the time from the process's start until
+  /v2/health/ready answers 200 (polled every 0.2 s);
+- resident memory: VmRSS once ready, and VmHWM (the peak) after the load;
+- perf_analyzer 2.51 `-b 2 --shape input.1:1,32,100` at c16 (the seeds' command), throughput and
+  p95.
+
+Then ONNX Runtime alone, in this process (bench/ort_ceiling.py: 2 threads running batches of 8
+back to back, no server, no client) on one shared session and on two sessions, on the server's
+CPUs. `--pinned` runs perf_analyzer on the first CPU and the servers and ONNX Runtime alone on
+the others (servers.split_cpus; on a 2-CPU machine a one-vCPU server, as Lambda up to 1,769 MB
+and Cloud Run's default). Writes bench/results/<date>-ort-sessions[-pinned]-<host>.json; medians
+of the repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import ort_ceiling  # noqa: E402
+import perf_analyzer  # noqa: E402
+import servers  # noqa: E402
+import str_model  # noqa: E402
+
+MODEL = "text_recognition"
+ARMS = {"shared": "http-native", "per-instance": "http-native+TOOLKIT_ORT_SHARED_SESSION=0"}
+
+
+def _status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of a process, MB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) // 1024
+    return values
+
+
+def serve_arm(repo: Path, arm: str, logs: Path, measurement_ms: int, server_cpus: str | None,
+              client_cpus: str | None) -> dict:
+    frontend = servers.frontends(ARMS[arm])[0]
+    pids: list[int] = []
+    log = logs / f"{arm}-{int(time.time())}.log"
+    started = time.monotonic()
+    with servers.toolkit_serve(repo, log, frontend=frontend, pids=pids, cpus=server_cpus, log_level="info") as url:
+        ready_s = time.monotonic() - started
+        at_ready = _status(pids[0])
+        levels, _ = perf_analyzer.run(MODEL, url, batch=2, shape=f"{str_model.INPUT_NAME}:1,32,100", concurrency="16:16",
+                                      measurement_ms=measurement_ms, stability=30, max_trials=10, cpus=client_cpus)
+        after = _status(pids[0])
+    level = levels[-1]
+    loaded = re.search(r"loaded \d+ model version\(s\) in ([\d.]+) s", log.read_text())
+    return {"load_s": float(loaded.group(1)) if loaded else None, "ready_s": round(ready_s, 2),
+            "rss_mb_ready": at_ready["VmRSS"], "hwm_mb": after["VmHWM"],
+            "rss_mb_after": after["VmRSS"], "infer_per_s": level.throughput, "p95_ms": level.p95_us / 1000,
+            "avg_batch": level.batch_size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--measurement-ms", type=int, default=8000)
+    parser.add_argument("--ceiling-seconds", type=float, default=6.0)
+    parser.add_argument("--quick", action="store_true", help="1 repeat, short windows (a smoke run)")
+    parser.add_argument("--pinned", action="store_true", help="perf_analyzer on the first CPU, the servers and ONNX "
+                        "Runtime alone on the others (servers.split_cpus: on this 2-CPU machine, a one-vCPU server)")
+    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.measurement_ms, args.ceiling_seconds = 1, 3000, 3.0
+
+    work = Path(tempfile.mkdtemp(prefix="ort-sessions-"))
+    repo = work / "repo"
+    onnx = str_model.export(repo / MODEL / "1" / "model.onnx")
+    (repo / MODEL / "config.pbtxt").write_text(str_model.guide_config("KIND_CPU", 2))
+    feeds = {str_model.INPUT_NAME: np.random.default_rng(0).standard_normal((8, 1, 32, 100)).astype(np.float32)}
+    config = {}  # the guide's config has no thread parameters: the budget's 1 thread each on 2 CPUs
+    client_cpus = server_cpus = None
+    if args.pinned:
+        split = servers.split_cpus()
+        if split is None:
+            raise SystemExit("--pinned needs 2 CPUs or more")
+        client_cpus, server_cpus = split
+    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    ceilings: dict[str, list[float]] = {"shared": [], "per-instance": []}
+    for repeat in range(args.repeats):
+        order = list(ARMS) if repeat % 2 == 0 else list(reversed(ARMS))
+        for arm in order:
+            result = serve_arm(repo, arm, work / "logs", args.measurement_ms, server_cpus, client_cpus)
+            runs[arm].append(result)
+            print(f"repeat {repeat + 1} {arm}: {result}", flush=True)
+        for arm in order:
+            with servers.pinned(server_cpus):
+                rate = ort_ceiling.throughput(onnx, config, feeds, 2, args.ceiling_seconds, threads=1, shared=arm == "shared")
+            ceilings[arm].append(rate)
+            print(f"repeat {repeat + 1} ONNX Runtime alone, {arm}: {rate:.1f} infer/s", flush=True)
+
+    summary = {}
+    for arm, results in runs.items():
+        summary[arm] = {key: statistics.median(r[key] for r in results) for key in results[0]}
+        summary[arm]["infer_per_s_range"] = [min(r["infer_per_s"] for r in results), max(r["infer_per_s"] for r in results)]
+        summary[arm]["ort_alone_batch8"] = statistics.median(ceilings[arm])
+    shared, own = summary["shared"], summary["per-instance"]
+    ratios = {"throughput": shared["infer_per_s"] / own["infer_per_s"], "p95": shared["p95_ms"] / own["p95_ms"],
+              "ort_alone": shared["ort_alone_batch8"] / own["ort_alone_batch8"],
+              "rss_ready_mb_saved": own["rss_mb_ready"] - shared["rss_mb_ready"],
+              "hwm_mb_saved": own["hwm_mb"] - shared["hwm_mb"], "ready_s_saved": own["ready_s"] - shared["ready_s"],
+              "load_s_saved": own["load_s"] - shared["load_s"]}
+    print(json.dumps({"summary": summary, "shared/per-instance": ratios}, indent=2))
+    host = platform.node() or "host"
+    out = args.out / f"{dt.date.today().isoformat()}-ort-sessions{'-pinned' if args.pinned else ''}-{host}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "command": " ".join(["bench/ort_sessions.py", *sys.argv[1:]]), "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": platform.processor() or platform.machine(), "model": "text_recognition_full, the guide's config (2 x KIND_CPU)",
+        "server_cpus": server_cpus, "client_cpus": client_cpus, "arms": ARMS, "runs": runs, "ort_alone": ceilings, "summary": summary, "shared/per-instance": ratios,
+    }, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
