@@ -1,5 +1,7 @@
 """ONNX Runtime sessions per instance: CPU instances of one intra-op thread share their version's
-session (handlers/backends/onnxruntime.py), every other instance has its own, as in Triton."""
+session (handlers/backends/onnxruntime.py), every other instance has its own, as in Triton; and
+the registry the shared sessions (and the pytorch backend's shared modules) are kept in
+(handlers/backends/sharing.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import onnx
 import pytest
 
 from handlers.backends import onnxruntime as backend
+from handlers.backends.sharing import Shared
 from handlers.inference import InferRequest
 from handlers.instance_group import InstanceSlot
 from handlers.manifest import Manifest, ModelSpec
@@ -56,6 +59,68 @@ def instances(spec: ModelSpec, threads: int | None, version: int = 1, count: int
 
 def weights(path: Path) -> np.ndarray:
     return onnx.numpy_helper.to_array(onnx.load(path).graph.initializer[0])
+
+
+# -- the registry ------------------------------------------------------------------------------------
+
+
+class _Made:
+    """A shared object (weak references allowed)."""
+
+
+def test_the_first_caller_makes_the_object_while_the_others_wait_and_get_it():
+    shared = Shared()
+    calls = []
+    release = threading.Event()
+
+    def make():
+        calls.append(threading.current_thread().name)
+        release.wait(5)  # the other callers arrive while this one makes it
+        return _Made()
+
+    got: dict[str, tuple] = {}
+    threads = [threading.Thread(target=lambda n=n: got.__setitem__(n, shared.get("k", make)), name=f"t{n}") for n in range(4)]
+    for thread in threads:
+        thread.start()
+    while not calls:
+        threading.Event().wait(0.01)
+    threading.Event().wait(0.2)
+    release.set()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1
+    objects = {id(obj) for obj, _ in got.values()}
+    assert len(objects) == 1
+    assert sorted(reused for _, reused in got.values()) == [False, True, True, True]
+
+
+def test_a_failed_make_is_its_callers_error_and_the_next_caller_tries_again():
+    shared = Shared()
+    attempts = []
+
+    def failing():
+        attempts.append(1)
+        raise RuntimeError("cannot load")
+
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="cannot load"):
+            shared.get("k", failing)
+    assert len(attempts) == 2 and "k" not in shared
+    obj, reused = shared.get("k", _Made)
+    assert isinstance(obj, _Made) and not reused
+
+
+def test_the_object_lives_while_it_is_held_and_a_new_one_is_made_after():
+    shared = Shared()
+    first, _ = shared.get("k", _Made)
+    again, reused = shared.get("k", _Made)
+    assert again is first and reused
+    gone = weakref.ref(first)
+    del first, again
+    gc.collect()
+    assert gone() is None and "k" not in shared
+    third, reused = shared.get("k", _Made)
+    assert not reused
 
 
 # -- the rule --------------------------------------------------------------------------------------

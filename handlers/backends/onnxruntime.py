@@ -25,9 +25,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import json
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from ..batching.merge import (
 from ..errors import InferenceError, internal, invalid_argument
 from ..inference import InferOutcome, InferRequest
 from ..manifest import ModelSpec
+from .sharing import Shared
 
 log = logging.getLogger("handlers.onnxruntime")
 
@@ -259,24 +260,17 @@ def shares_session(config: dict, kind: str, providers: list, threads: int | None
     return intra == 1
 
 
-class _SharedSession:
-    """The session a model version's sharing instances run on; it lives as long as one of them."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()  # the first instance makes the session; the others wait for it
-        self.session: Any = None
+_SESSIONS = Shared()  # the versions' shared sessions, by model file and config (shares_session)
 
 
-_SHARED: "weakref.WeakValueDictionary[tuple, _SharedSession]" = weakref.WeakValueDictionary()
-_SHARED_LOCK = threading.Lock()
-
-
-def _shared_session(key: tuple) -> _SharedSession:
-    with _SHARED_LOCK:
-        entry = _SHARED.get(key)
-        if entry is None:
-            entry = _SHARED[key] = _SharedSession()
-        return entry
+def _session_key(path: Path, config: dict) -> tuple | None:
+    """What a shared session is made from: the file as it is now, and the config; None when the
+    file cannot be read (the session's own load then says why)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return str(path), stat.st_mtime_ns, stat.st_size, json.dumps(config, sort_keys=True)
 
 
 def create_instance(spec: ModelSpec, version: int, slot: Any) -> "OnnxRuntimeInstance":
@@ -312,16 +306,9 @@ class OnnxRuntimeInstance:
             except Exception as exc:
                 raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc
 
-        self.shared = shares_session(config, kind, providers, threads)
-        if self.shared:
-            # (the spec's identity scopes the session to this load; the entry holds no reference to it)
-            self._shared = _shared_session((id(spec), version, str(path)))
-            with self._shared.lock:
-                if self._shared.session is None:  # a failed load leaves none: each instance fails on its own
-                    self._shared.session = make()
-                self.session = self._shared.session
-        else:
-            self.session = make()
+        key = _session_key(path, config) if shares_session(config, kind, providers, threads) else None
+        self.shared = key is not None
+        self.session = _SESSIONS.get(key, make)[0] if key is not None else make()
         self.load_seconds = time.perf_counter() - started
         applied = self.session.get_session_options()  # what the session was built with
         self.intra_op_threads = applied.intra_op_num_threads

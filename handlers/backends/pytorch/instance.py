@@ -25,10 +25,8 @@ the model.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import warnings
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from ...batching.merge import (
 from ...errors import ErrorCode, InferenceError, invalid_argument
 from ...inference import InferOutcome, InferRequest
 from ...manifest import ModelSpec
+from ..sharing import Shared
 from . import settings
 from .config import (
     DEFAULT_FILENAME,
@@ -113,8 +112,7 @@ def placement(torch, kind: str, device_id: int, model: str):
 
 
 # ENABLE_WEIGHT_SHARING: one module per (model, version, device), shared by its instances.
-_shared: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_shared_lock = threading.Lock()
+_MODULES = Shared()
 
 
 def _datatype_of(torch, dtype) -> str | None:
@@ -175,22 +173,20 @@ class PyTorchInstance:
 
     def _load(self, path: Path):
         torch, p = self.torch, self.parameters
-        key = (self.spec.name, self.version, str(self.device), str(path))
-        if p.weight_sharing:
-            with _shared_lock:
-                module = _shared.get(key)
-                if module is not None:
-                    log.info("Reusing TorchScript model for instance '%s'", self.name)
-                    return module
-        try:
-            module = load_module(torch, path, self.device, p.inference_mode)
-        except Exception as exc:  # torch raises RuntimeError (and others) for unreadable archives
-            raise ModelLoadError(f"failed to load model '{self.spec.name}': {exc}") from exc
-        # As loaded, never .eval()'d: the backend runs the module in the mode it was saved in
-        # (a module saved in training mode keeps its dropout and batch statistics, as in Triton).
-        if p.weight_sharing:
-            with _shared_lock:
-                module = _shared.setdefault(key, module)
+
+        def make() -> Any:
+            try:
+                # As loaded, never .eval()'d: the backend runs the module in the mode it was saved in
+                # (a module saved in training mode keeps its dropout and batch statistics, as in Triton).
+                return load_module(torch, path, self.device, p.inference_mode)
+            except Exception as exc:  # torch raises RuntimeError (and others) for unreadable archives
+                raise ModelLoadError(f"failed to load model '{self.spec.name}': {exc}") from exc
+
+        if not p.weight_sharing:
+            return make()
+        module, reused = _MODULES.get((self.spec.name, self.version, str(self.device), str(path)), make)
+        if reused:
+            log.info("Reusing TorchScript model for instance '%s'", self.name)
         return module
 
     def close(self) -> None:
