@@ -5,8 +5,9 @@ options (handlers.backends.onnxruntime.session_options, so the same intra-op thr
 config's, else the CPU budget's share given as `threads`) and shared as the runtime shares it
 (one session for all threads where `shares_session` says the runtime's instances would share
 one, else one each), run `session.run` on a batch of `batch` back to back for `seconds`; the
-ceiling is the inferences per second of all of them together. A server that forms batches of that size on that many instances
-cannot do better; `at_batch` interpolates it for the average batch size a server executed.
+ceiling is the inferences per second of all of them together. A server that forms batches of
+that size on that many instances cannot do better; `at_batch` interpolates it for the average
+batch size a server executed.
 """
 
 from __future__ import annotations

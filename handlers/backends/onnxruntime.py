@@ -23,9 +23,9 @@ a session per instance; `TOOLKIT_ORT_SHARED_SESSION=0` does the same here.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
-import json
 import threading
 import time
 from pathlib import Path
