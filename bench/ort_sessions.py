@@ -113,7 +113,7 @@ def main() -> None:
     runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     ceilings: dict[str, list[float]] = {"shared": [], "per-instance": []}
     for repeat in range(args.repeats):
-        order = list(ARMS) if repeat % 2 == 0 else list(reversed(ARMS))
+        order = servers.rotated(list(ARMS), repeat)
         for arm in order:
             result = serve_arm(repo, arm, work / "logs", args.measurement_ms, server_cpus, client_cpus)
             runs[arm].append(result)
@@ -126,7 +126,8 @@ def main() -> None:
 
     summary = {}
     for arm, results in runs.items():
-        summary[arm] = {key: statistics.median(r[key] for r in results) for key in results[0]}
+        summary[arm] = {key: statistics.median(r[key] for r in results) if None not in (r[key] for r in results) else None
+                        for key in results[0]}  # (load_s is None where the log line was not found)
         summary[arm]["infer_per_s_range"] = [min(r["infer_per_s"] for r in results), max(r["infer_per_s"] for r in results)]
         summary[arm]["ort_alone_batch8"] = statistics.median(ceilings[arm])
     shared, own = summary["shared"], summary["per-instance"]
@@ -134,7 +135,7 @@ def main() -> None:
               "ort_alone": shared["ort_alone_batch8"] / own["ort_alone_batch8"],
               "rss_ready_mb_saved": own["rss_mb_ready"] - shared["rss_mb_ready"],
               "hwm_mb_saved": own["hwm_mb"] - shared["hwm_mb"], "ready_s_saved": own["ready_s"] - shared["ready_s"],
-              "load_s_saved": own["load_s"] - shared["load_s"]}
+              "load_s_saved": None if None in (own["load_s"], shared["load_s"]) else own["load_s"] - shared["load_s"]}
     print(json.dumps({"summary": summary, "shared/per-instance": ratios}, indent=2))
     host = platform.node() or "host"
     out = args.out / f"{dt.date.today().isoformat()}-ort-sessions{'-pinned' if args.pinned else ''}-{host}.json"

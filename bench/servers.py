@@ -240,7 +240,7 @@ def arms(variants: str, frontend_spec: str) -> list[Arm]:
     return [Arm(v, *(split if v == "pinned" else (None, None)), frontend) for v in wanted for frontend in chosen]
 
 
-def rotated(arms: list[Arm], repeat: int) -> list[Arm]:
+def rotated(arms: list, repeat: int) -> list:
     """`arms` in the order repeat `repeat` serves them: each repeat starts one arm later. An arm's
     place in a repeat moves its rate by several percent (in one FIL run the arm served right after
     another was 5-10 % off), so every arm takes every place in turn."""
