@@ -24,6 +24,14 @@ CPUs. `--pinned` runs perf_analyzer on the first CPU and the servers and ONNX Ru
 the others (servers.split_cpus; on a 2-CPU machine a one-vCPU server, as Lambda up to 1,769 MB
 and Cloud Run's default). Writes bench/results/<date>-ort-sessions[-pinned]-<host>.json; medians
 of the repeats.
+
+`--lambda` measures the AWS Lambda entry point instead, as its init phase runs: a fresh
+interpreter per arm and repeat imports `handlers.entrypoints.aws_lambda` (the manifest read, both
+instances loaded and warmed up; Lambda's Init Duration) with AWS_LAMBDA_FUNCTION_MEMORY_SIZE set
+(`--lambda-memory`, default 3,538 MB: 2 vCPUs, the smallest size where the serial plan gives each
+instance more than one thread, so only the serial rule shares), then sends one function-URL event
+at a time (the seeds' 2-row request) and reports the invocations' p50 and p99, and VmRSS / VmHWM.
+Writes bench/results/<date>-ort-sessions-lambda-<host>.json.
 """
 
 from __future__ import annotations
@@ -85,6 +93,111 @@ def serve_arm(repo: Path, arm: str, logs: Path, measurement_ms: int, server_cpus
             "avg_batch": level.batch_size}
 
 
+LAMBDA_CHILD = r"""
+import base64, json, os, statistics, sys, time
+started = time.perf_counter()
+from handlers.entrypoints import aws_lambda
+init_s = time.perf_counter() - started
+import numpy as np
+import tritonclient.http as httpclient
+from tritonclient.http._utils import _get_inference_request
+
+def status():
+    values = {}
+    for line in open("/proc/self/status"):
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) // 1024
+    return values
+
+at_init = status()
+name, shape = sys.argv[1], [2] + [int(d) for d in sys.argv[2].split(",")]
+rows = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+item = httpclient.InferInput(sys.argv[3], shape, "FP32")
+item.set_data_from_numpy(rows, binary_data=True)
+body, json_size = _get_inference_request([item], "bench", None, 0, False, False, 0, None, None)
+path = "/v2/models/" + name + "/infer"
+event = {"version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
+         "headers": {"host": "bench.lambda-url.us-east-1.on.aws", "content-type": "application/octet-stream",
+                     "inference-header-content-length": str(json_size)},
+         "requestContext": {"http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
+                                     "userAgent": "bench"}, "requestId": "bench", "routeKey": "$default",
+                            "stage": "$default", "accountId": "123456789012", "apiId": "bench",
+                            "domainName": "bench.lambda-url.us-east-1.on.aws", "domainPrefix": "bench",
+                            "time": "28/Nov/2026:00:00:00 +0000", "timeEpoch": 0},
+         "body": base64.b64encode(body).decode(), "isBase64Encoded": True}
+times = []
+for _ in range(int(sys.argv[4])):
+    began = time.perf_counter()
+    answer = aws_lambda.handler(event, None)
+    times.append(time.perf_counter() - began)
+    assert answer["statusCode"] == 200, answer
+times.sort()
+print(json.dumps({"init_s": round(init_s, 3), "rss_mb_init": at_init["VmRSS"], "hwm_mb": status()["VmHWM"],
+                  "p50_ms": round(1000 * statistics.median(times), 1),
+                  "p99_ms": round(1000 * times[min(len(times) - 1, int(0.99 * len(times)))], 1)}))
+"""
+
+
+def lambda_arm(manifest: Path, arm: str, memory_mb: int, invocations: int, logs: Path) -> dict:
+    """One Lambda init and `invocations` sequential events in a fresh interpreter (LAMBDA_CHILD)."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "TOOLKIT_MANIFEST": str(manifest), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_mb),
+           "TOOLKIT_LOG_LEVEL": "info", "PYTHONPATH": str(ROOT)}
+    for inherited in ("TOOLKIT_CPUS", "TOOLKIT_ORT_SHARED_SESSION"):
+        env.pop(inherited, None)
+    env.update(servers.frontends(ARMS[arm])[0].extra)  # the arm's setting (TOOLKIT_ORT_SHARED_SESSION=0 or none)
+    done = subprocess.run([sys.executable, "-c", LAMBDA_CHILD, MODEL, "1,32,100", str_model.INPUT_NAME, str(invocations)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / f"lambda-{arm}-{int(time.time())}.log").write_text(done.stderr)
+    if done.returncode != 0:
+        raise SystemExit(f"the Lambda arm {arm} failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded = re.search(r"loaded \d+ model version\(s\) in ([\d.]+) s", done.stderr)
+    threads = re.findall(r"intra-op threads (\d+)", done.stderr)
+    return {"load_s": float(loaded.group(1)) if loaded else None, **result,
+            "sessions_shared": done.stderr.count("the version's shared session"), "intra_op_threads": threads}
+
+
+def lambda_main(args: argparse.Namespace, work: Path) -> None:
+    from toolkit.repository.compile import compile_repository
+
+    repo = work / "repo"
+    str_model.export(repo / MODEL / "1" / "model.onnx")
+    (repo / MODEL / "config.pbtxt").write_text(str_model.guide_config("KIND_CPU", 2))
+    compiled = compile_repository(repo, device="cpu")
+    if not compiled.ok:
+        raise SystemExit("\n".join(compiled.failure_lines()))
+    manifest = compiled.write_manifest(repo / "models.json")
+    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    for repeat in range(args.repeats):
+        for arm in servers.rotated(list(ARMS), repeat):
+            result = lambda_arm(manifest, arm, args.lambda_memory, args.invocations, work / "logs")
+            runs[arm].append(result)
+            print(f"repeat {repeat + 1} {arm}: {result}", flush=True)
+    numeric = ("load_s", "init_s", "rss_mb_init", "hwm_mb", "p50_ms", "p99_ms")
+    summary = {arm: {key: statistics.median(r[key] for r in results) for key in numeric if None not in (r[key] for r in results)}
+               for arm, results in runs.items()}
+    shared, own = summary["shared"], summary["per-instance"]
+    ratios = {"init_s_saved": own["init_s"] - shared["init_s"], "rss_mb_saved": own["rss_mb_init"] - shared["rss_mb_init"],
+              "hwm_mb_saved": own["hwm_mb"] - shared["hwm_mb"], "p50": shared["p50_ms"] / own["p50_ms"],
+              "p99": shared["p99_ms"] / own["p99_ms"]}
+    print(json.dumps({"summary": summary, "shared/per-instance": ratios}, indent=2))
+    host = platform.node() or "host"
+    out = args.out / f"{dt.date.today().isoformat()}-ort-sessions-lambda-{host}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({
+        "command": " ".join(["bench/ort_sessions.py", *sys.argv[1:]]), "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "machine": platform.processor() or platform.machine(), "cpus": len(__import__("os").sched_getaffinity(0)),
+        "model": "text_recognition_full, the guide's config (2 x KIND_CPU)", "lambda_memory_mb": args.lambda_memory,
+        "invocations": args.invocations, "arms": ARMS, "runs": runs, "summary": summary, "shared/per-instance": ratios,
+    }, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -94,11 +207,18 @@ def main() -> None:
     parser.add_argument("--pinned", action="store_true", help="perf_analyzer on the first CPU, the servers and ONNX "
                         "Runtime alone on the others (servers.split_cpus: on this 2-CPU machine, a one-vCPU server)")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
+    parser.add_argument("--lambda", dest="lambda_", action="store_true",
+                        help="the AWS Lambda entry point's init and sequential invocations instead (module doc)")
+    parser.add_argument("--lambda-memory", type=int, default=3538, help="AWS_LAMBDA_FUNCTION_MEMORY_SIZE, MB")
+    parser.add_argument("--invocations", type=int, default=40, help="--lambda: events sent one at a time per arm")
     args = parser.parse_args()
     if args.quick:
-        args.repeats, args.measurement_ms, args.ceiling_seconds = 1, 3000, 3.0
+        args.repeats, args.measurement_ms, args.ceiling_seconds, args.invocations = 1, 3000, 3.0, 5
 
     work = Path(tempfile.mkdtemp(prefix="ort-sessions-"))
+    if args.lambda_:
+        lambda_main(args, work)
+        return
     repo = work / "repo"
     onnx = str_model.export(repo / MODEL / "1" / "model.onnx")
     (repo / MODEL / "config.pbtxt").write_text(str_model.guide_config("KIND_CPU", 2))

@@ -14,6 +14,9 @@ class InstanceSlot:
     # CPU threads of this instance when its config leaves them unset (handlers/cpu_budget.py);
     # None outside a ModelRepository: the framework's default.
     threads: int | None = None
+    # The CPU plan serves one request at a time (AWS Lambda): a version's instances never execute
+    # together, which lets a backend share what they would otherwise each hold.
+    serial: bool = False
 
 
 def instance_slots(config: dict[str, Any]) -> list[InstanceSlot]:

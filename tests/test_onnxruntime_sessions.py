@@ -53,8 +53,8 @@ def spec_of(repo: Path) -> ModelSpec:
     return Manifest.from_dict(result.manifest(), repo).models["m"]
 
 
-def instances(spec: ModelSpec, threads: int | None, version: int = 1, count: int = 2) -> list:
-    return [backend.create_instance(spec, version, InstanceSlot(f"m_0_{i}", "KIND_CPU", 0, threads))
+def instances(spec: ModelSpec, threads: int | None, version: int = 1, count: int = 2, serial: bool = False) -> list:
+    return [backend.create_instance(spec, version, InstanceSlot(f"m_0_{i}", "KIND_CPU", 0, threads, serial))
             for i in range(count)]
 
 
@@ -141,6 +141,20 @@ def test_only_cpu_instances_of_one_intra_op_thread_share(monkeypatch):
     assert not backend.shares_session({}, "KIND_CPU", [("OpenVINOExecutionProvider", {"device_type": "CPU"}), *CPU], 1)
     monkeypatch.setenv(backend.SHARED_SESSION_ENV, "0")
     assert not backend.shares_session({}, "KIND_CPU", CPU, 1)  # a session per instance, as Triton
+    assert not backend.shares_session({}, "KIND_CPU", CPU, 2, serial=True)
+
+
+def test_on_a_serial_plan_every_cpu_provider_instance_shares(monkeypatch):
+    """AWS Lambda serves one request at a time: a version's instances never run together, so they
+    share one session whatever their threads; accelerators and GPU instances still do not."""
+    monkeypatch.delenv(backend.SHARED_SESSION_ENV, raising=False)
+    assert backend.shares_session({}, "KIND_CPU", CPU, 2, serial=True)  # Lambda's 2 vCPUs for each instance
+    assert backend.shares_session(_params(intra_op_thread_count="4"), "KIND_CPU", CPU, 2, serial=True)
+    assert backend.shares_session(_params(execution_mode="1"), "KIND_CPU", CPU, 2, serial=True)
+    assert backend.shares_session({}, "KIND_CPU", CPU, None, serial=True)
+    assert not backend.shares_session({}, "KIND_CPU", [("OpenVINOExecutionProvider", {"device_type": "CPU"}), *CPU], 2,
+                                      serial=True)
+    assert not backend.shares_session({}, "KIND_GPU", [("CUDAExecutionProvider", {"device_id": 0}), *CPU], 1, serial=True)
 
 
 # -- instances ---------------------------------------------------------------------------------------
@@ -167,6 +181,39 @@ def test_a_versions_one_thread_instances_share_one_session_which_lives_as_long_a
     assert session() is None  # the last one gone: the session is freed
     again = instances(spec, threads=1, count=1)[0]
     assert again.shared and again.session is not None
+
+
+def test_on_a_serial_plan_instances_of_several_threads_share_one_session(tmp_path, monkeypatch):
+    monkeypatch.delenv(backend.SHARED_SESSION_ENV, raising=False)
+    spec = spec_of(make_repo(tmp_path))
+    first, second = instances(spec, threads=2, serial=True)
+    assert first.shared and second.shared and first.session is second.session
+    assert first.intra_op_threads == 2  # the session keeps the plan's threads
+    rows = np.random.default_rng(3).standard_normal((3, 16)).astype(np.float32)
+    w = weights(tmp_path / "m" / "1" / "model.onnx")
+    for instance in (first, second):
+        outcome = instance.execute([InferRequest("m", 1, {"INPUT0": rows}, id="r", batch_size=3)])[0]
+        np.testing.assert_allclose(outcome.outputs["OUTPUT0"], np.maximum(rows @ w, 0), rtol=1e-5, atol=1e-5)
+
+
+def test_the_lambda_handler_loads_one_session_for_a_versions_instances(tmp_path, monkeypatch):
+    """The Lambda entry point's repository plans serially: with 2 CPUs each instance gets both
+    (a 2-vCPU function), and the two still share one session."""
+    from handlers.entrypoints.lambda_handler import LambdaHandler
+
+    monkeypatch.delenv(backend.SHARED_SESSION_ENV, raising=False)
+    monkeypatch.setenv("TOOLKIT_CPUS", "2")
+    repo = make_repo(tmp_path)
+    result = compile_repository(repo, device="cpu")
+    assert result.ok, result.failure_lines()
+    handler = LambdaHandler.from_manifest(Manifest.from_dict(result.manifest(), repo))
+    try:
+        first, second = handler.repository.models["m"][1].instances
+        assert handler.repository.cpu_plan.serial and handler.repository.cpu_plan.cpus.cpus == 2
+        assert first.intra_op_threads == second.intra_op_threads == 2
+        assert first.shared and first.session is second.session
+    finally:
+        handler.repository.stop(drain=False)
 
 
 def test_turned_off_every_instance_has_its_own_session(tmp_path, monkeypatch):

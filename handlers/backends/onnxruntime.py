@@ -16,8 +16,10 @@ ONNX Runtime's `Run` is thread-safe, and with one intra-op thread each run compu
 caller's thread, so the instances still run in parallel. The weights are loaded, pre-packed and
 held once instead of once per instance: the seeds' full-width text_recognition (177 MB) with its
 2 instances takes 796 MB of memory instead of 1,334 and loads in 0.26 s instead of 0.52 on one
-CPU, at the same throughput and p95 (bench/ort_sessions.py, docs/performance.md). Triton creates
-a session per instance; `TOOLKIT_ORT_SHARED_SESSION=0` does the same here.
+CPU, at the same throughput and p95 (bench/ort_sessions.py, docs/performance.md). On AWS Lambda
+(the CPU plan's `serial`: one request at a time) a version's CPU-provider instances share one
+session whatever their threads, since they never run together. Triton creates a session per
+instance; `TOOLKIT_ORT_SHARED_SESSION=0` does the same here.
 """
 
 from __future__ import annotations
@@ -245,14 +247,18 @@ def _onnx_file(path: Path) -> Path:
     return path / "model.onnx" if path.is_dir() else path
 
 
-def shares_session(config: dict, kind: str, providers: list, threads: int | None) -> bool:
+def shares_session(config: dict, kind: str, providers: list, threads: int | None, serial: bool = False) -> bool:
     """Whether an instance runs on its model version's shared session (the module's docstring):
     a CPU instance on the CPU execution provider alone, one intra-op thread (the config's, else its
-    CPU budget `threads`), sequential execution, and sharing not turned off."""
+    CPU budget `threads`), sequential execution, and sharing not turned off; or any CPU instance on
+    that provider where the CPU plan is `serial` (AWS Lambda: one request at a time, so the
+    instances never run together and never contend for the session's thread pools)."""
     if os.environ.get(SHARED_SESSION_ENV, "1").strip() == "0":
         return False
     if kind != "KIND_CPU" or providers != ["CPUExecutionProvider"]:
         return False
+    if serial:
+        return True
     mode = _parameter(config, "execution_mode")
     if mode is not None and int(mode) == 1:
         return False
@@ -275,7 +281,8 @@ def _session_key(path: Path, config: dict) -> tuple | None:
 
 def create_instance(spec: ModelSpec, version: int, slot: Any) -> "OnnxRuntimeInstance":
     """One instance (the backend contract, handlers/backends/__init__.py)."""
-    return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id, getattr(slot, "threads", None))
+    return OnnxRuntimeInstance(spec, version, slot.name, slot.kind, slot.device_id, getattr(slot, "threads", None),
+                               serial=getattr(slot, "serial", False))
 
 
 class OnnxRuntimeInstance:
@@ -283,7 +290,7 @@ class OnnxRuntimeInstance:
     or its model version's shared one (`shares_session`)."""
 
     def __init__(self, spec: ModelSpec, version: int, name: str, kind: str = "KIND_CPU", device_id: int = 0,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, *, serial: bool = False) -> None:
         ort = _ort()
         self.name = name
         self.kind = kind
@@ -306,7 +313,7 @@ class OnnxRuntimeInstance:
             except Exception as exc:
                 raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc
 
-        key = _session_key(path, config) if shares_session(config, kind, providers, threads) else None
+        key = _session_key(path, config) if shares_session(config, kind, providers, threads, serial) else None
         self.shared = key is not None
         self.session = _SESSIONS.get(key, make)[0] if key is not None else make()
         self.load_seconds = time.perf_counter() - started
