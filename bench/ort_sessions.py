@@ -185,15 +185,20 @@ def lambda_main(args: argparse.Namespace, work: Path) -> None:
     ratios = {"init_s_saved": own["init_s"] - shared["init_s"], "rss_mb_saved": own["rss_mb_init"] - shared["rss_mb_init"],
               "hwm_mb_saved": own["hwm_mb"] - shared["hwm_mb"], "p50": shared["p50_ms"] / own["p50_ms"],
               "p99": shared["p99_ms"] / own["p99_ms"]}
+    write_results(args.out, "-lambda", summary, ratios, cpus=len(__import__("os").sched_getaffinity(0)),
+                  lambda_memory_mb=args.lambda_memory, invocations=args.invocations, runs=runs)
+
+
+def write_results(folder: Path, variant: str, summary: dict, ratios: dict, **fields) -> None:
+    """Prints the summary and writes bench/results/<date>-ort-sessions<variant>-<host>.json."""
     print(json.dumps({"summary": summary, "shared/per-instance": ratios}, indent=2))
     host = platform.node() or "host"
-    out = args.out / f"{dt.date.today().isoformat()}-ort-sessions-lambda-{host}.json"
+    out = folder / f"{dt.date.today().isoformat()}-ort-sessions{variant}-{host}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "command": " ".join(["bench/ort_sessions.py", *sys.argv[1:]]), "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "machine": platform.processor() or platform.machine(), "cpus": len(__import__("os").sched_getaffinity(0)),
-        "model": "text_recognition_full, the guide's config (2 x KIND_CPU)", "lambda_memory_mb": args.lambda_memory,
-        "invocations": args.invocations, "arms": ARMS, "runs": runs, "summary": summary, "shared/per-instance": ratios,
+        "machine": platform.processor() or platform.machine(), "model": "text_recognition_full, the guide's config (2 x KIND_CPU)",
+        "arms": ARMS, **fields, "summary": summary, "shared/per-instance": ratios,
     }, indent=2) + "\n")
     print(f"wrote {out}")
 
@@ -256,16 +261,8 @@ def main() -> None:
               "rss_ready_mb_saved": own["rss_mb_ready"] - shared["rss_mb_ready"],
               "hwm_mb_saved": own["hwm_mb"] - shared["hwm_mb"], "ready_s_saved": own["ready_s"] - shared["ready_s"],
               "load_s_saved": None if None in (own["load_s"], shared["load_s"]) else own["load_s"] - shared["load_s"]}
-    print(json.dumps({"summary": summary, "shared/per-instance": ratios}, indent=2))
-    host = platform.node() or "host"
-    out = args.out / f"{dt.date.today().isoformat()}-ort-sessions{'-pinned' if args.pinned else ''}-{host}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "command": " ".join(["bench/ort_sessions.py", *sys.argv[1:]]), "date": dt.datetime.now().isoformat(timespec="seconds"),
-        "machine": platform.processor() or platform.machine(), "model": "text_recognition_full, the guide's config (2 x KIND_CPU)",
-        "server_cpus": server_cpus, "client_cpus": client_cpus, "arms": ARMS, "runs": runs, "ort_alone": ceilings, "summary": summary, "shared/per-instance": ratios,
-    }, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out, "-pinned" if args.pinned else "", summary, ratios, server_cpus=server_cpus,
+                  client_cpus=client_cpus, runs=runs, ort_alone=ceilings)
 
 
 if __name__ == "__main__":
