@@ -10,6 +10,18 @@ non-root user, the RIE as entrypoint) and sends one Function URL event for /v2/h
 - `init`: the RIE's INIT REPORT (runtime start to its first /next: imports, models loaded and
   warmed up), what Lambda reports as Init Duration.
 Prints the median and every run; the numbers go in docs/cold-start.md.
+
+    .venv/bin/python bench/lambda_cold_start.py --host REPO [--source TREE ...] [--runs 7]
+
+`--host` needs no container engine: AWS's RIE runs as a host process (as tests/test_lambda_rie.py
+runs it) and starts the real awslambdaric with `handlers.entrypoints.aws_lambda.handler` over REPO
+compiled as an image compiles it, with AWS_LAMBDA_FUNCTION_MEMORY_SIZE 1,769 (one vCPU). Each run
+is a fresh RIE and runtime that gets one first event, an inference request (`infer`: REPO's
+first model with zeros for its inputs, JSON) or `GET /v2/health/ready` (`ready`); it reports
+`init` (INIT REPORT) and `first` (the first invocation's REPORT Duration, which under the RIE
+counts from the start of init: the time from the runtime's start to the first answer). `--source` runs the
+runtime from other trees too (e.g. a `git worktree` of an older commit), interleaved with this one,
+so that a change's effect is read from one run.
 """
 
 from __future__ import annotations
@@ -25,13 +37,119 @@ from toolkit.build.builders import detect_builder  # noqa: E402
 from toolkit.build.pipeline import SilentUI, measure_lambda_cold_start  # noqa: E402
 
 
+def _zeros_request(config: dict) -> bytes:
+    """A JSON inference request of zeros for every input of `config` (batch 1; -1 dims as 1)."""
+    import json
+
+    from handlers.datatypes import from_config_type
+
+    batch = [1] if config.get("max_batch_size", 0) > 0 else []
+    inputs = []
+    for io in config["input"]:
+        shape = batch + [max(1, int(d)) for d in io["dims"]]
+        datatype = from_config_type(io["data_type"])
+        size = 1
+        for d in shape:
+            size *= d
+        inputs.append({"name": io["name"], "shape": shape, "datatype": datatype,
+                       "data": [""] * size if datatype == "BYTES" else [0] * size})
+    return json.dumps({"inputs": inputs}).encode()
+
+
+def host_runs(repo: Path, sources: list[Path], runs: int) -> None:
+    import json
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+    import time
+    import urllib.request
+
+    from toolkit.build.lambda_rie import ensure_rie
+    from toolkit.build.local_run import INVOKE_PATH, parse_reports
+    from toolkit.deploy.function_url import request_event
+    from toolkit.repository.compile import compile_repository
+
+    work = Path(tempfile.mkdtemp(prefix="lambda-cold-"))
+    repository = work / "repository"
+    shutil.copytree(repo, repository)
+    compiled = compile_repository(repository, device="cpu")
+    if not compiled.ok:
+        raise SystemExit("\n".join(compiled.failure_lines()))
+    manifest = compiled.write_manifest(repository / "models.json")
+    model = json.loads(manifest.read_text())["models"][0]
+    events = {"infer": request_event("POST", f"/v2/models/{model['name']}/infer", {"content-type": "application/json"},
+                                     _zeros_request(model["config"])),
+              "ready": request_event("GET", "/v2/health/ready")}
+    rie = ensure_rie()
+
+    def free_port() -> int:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def once(source: Path, event: dict) -> tuple[float, float]:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TOOLKIT_"))}
+        env.update({"PYTHONPATH": str(source), "TOOLKIT_MANIFEST": str(manifest), "TOOLKIT_LOG_LEVEL": "warning",
+                    "AWS_LAMBDA_FUNCTION_NAME": "bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"})
+        log = work / "rie.log"
+        with log.open("w") as handle:
+            process = subprocess.Popen([str(rie), "--runtime-interface-emulator-address", f"127.0.0.1:{port}",
+                                        "--runtime-api-address", f"127.0.0.1:{free_port()}", sys.executable, "-m",
+                                        "awslambdaric", "handlers.entrypoints.aws_lambda.handler"],
+                                       cwd=work, env=env, stdout=handle, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline or process.poll() is not None:
+                        raise SystemExit(log.read_text())
+                    time.sleep(0.02)
+            request = urllib.request.Request(f"http://127.0.0.1:{port}{INVOKE_PATH}", data=json.dumps(event).encode(),
+                                             method="POST")
+            with urllib.request.urlopen(request, timeout=120) as response:
+                answer = json.loads(response.read())
+            if answer.get("statusCode") != 200:
+                raise SystemExit(f"{source}: {answer}")
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+        reports = parse_reports(log.read_text())
+        return reports.init_ms, reports.first_invoke_ms
+
+    trees = [Path(__file__).resolve().parents[1], *sources]
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for run in range(runs):
+        for index in range(len(trees)):
+            tree = trees[(index + run) % len(trees)]
+            for kind, event in events.items():
+                results.setdefault((str(tree), kind), []).append(once(tree, event))
+    for (tree, kind), values in results.items():
+        inits, firsts = [v[0] for v in values], [v[1] for v in values]
+        print(f"{tree} first event {kind}: init median {statistics.median(inits):.1f} ms "
+              f"(runs {', '.join(f'{v:.0f}' for v in inits)}); to the first answer median {statistics.median(firsts):.1f} ms "
+              f"(runs {', '.join(f'{v:.0f}' for v in firsts)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("images", nargs="+")
+    parser.add_argument("images", nargs="*")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--builder", default="auto")
     parser.add_argument("--platform", default="linux/amd64")
+    parser.add_argument("--host", type=Path, default=None, help="REPO: the RIE as a host process, no engine (module doc)")
+    parser.add_argument("--source", type=Path, action="append", default=[], help="with --host: another tree's runtime")
     args = parser.parse_args()
+    if args.host is not None:
+        host_runs(args.host, args.source, args.runs)
+        return
+    if not args.images:
+        parser.error("give IMAGE(s), or --host REPO")
     builder, _ = detect_builder(args.builder)
     if builder is None or not builder.can_run:
         raise SystemExit("no container engine that runs images (docker or podman)")

@@ -4,7 +4,7 @@
     .venv/bin/python bench/path_bench.py --model fil --rows 16
     .venv/bin/python bench/path_bench.py --source DIR ...      # another tree (before/after)
 
-Loads a repository with the runtime's own ModelRepository and runs `routes.run_infer` (the
+Loads a repository with the runtime's own ModelRepository and runs `infer.run_infer` (the
 handler both HTTP front ends call: find the model, read the body, decode, validate, the batcher
 and the model, the statistics, encode the reply) from 16 coroutines on uvloop, each sending the
 body perf_analyzer sends (binary input, binary output requested) one request after the other.
@@ -42,7 +42,7 @@ def run(source: Path, repo: Path, model: str, rows: int, requests: int, concurre
 
     from handlers.manifest import Manifest
     from handlers.model_repository import ModelRepository
-    from handlers.protocol.routes import InferHeaders, run_infer
+    from handlers.protocol.infer import InferHeaders, run_infer
     from toolkit.repository.compile import compile_repository
 
     compiled = compile_repository(repo, None, "cpu", auto_complete=True)

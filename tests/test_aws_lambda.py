@@ -207,3 +207,50 @@ print(json.dumps({"codes": sorted(set(codes)), "loads_after_import": len(loads),
     result = json.loads(out.stdout.strip().splitlines()[-1])
     # loaded during import (before the patch could see it), never again over 25 invocations
     assert result == {"codes": [200], "loads_after_import": 0, "invocations": 25, "instances": 1}
+
+
+LAZY_APP_SCRIPT = r"""
+import json, sys
+from handlers.entrypoints import aws_lambda as entry
+seen = {"after_init": "fastapi" in sys.modules}
+infer, ready = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+answer = entry.handler(infer, None)
+seen["after_infer"] = "fastapi" in sys.modules
+seen["infer_status"] = answer["statusCode"]
+seen["outputs"] = json.loads(answer["body"])["outputs"][0]["data"]
+seen["ready_status"] = entry.handler(ready, None)["statusCode"]
+seen["after_ready"] = "fastapi" in sys.modules
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("initialization", ["on-demand", "provisioned-concurrency", "snap-start"])
+def test_on_demand_init_makes_the_app_only_when_an_event_needs_it(manifest_path, initialization):
+    """Lambda's init as its runtime runs it: on an on-demand init, inference events take the direct
+    path and FastAPI is not even imported; the first other event (readiness) makes the app and is
+    answered. Where init runs ahead of traffic, the app is made in init."""
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
+                                  {"name": "INPUT1", "shape": [1, 3], "datatype": "FP32", "data": [1, 1, 1]}],
+                       "outputs": [{"name": "OUTPUT0"}]}).encode()
+    infer = function_url_event("POST", "/v2/models/add_sub/infer", body, {"content-type": "application/json"})
+    ready = function_url_event("GET", "/v2/health/ready")
+    env = {**os.environ, "TOOLKIT_MANIFEST": str(manifest_path), "TOOLKIT_LOG_LEVEL": "warning",
+           "AWS_LAMBDA_INITIALIZATION_TYPE": initialization}
+    env.pop("TOOLKIT_LAMBDA_DIRECT", None)
+    out = subprocess.run([sys.executable, "-c", LAZY_APP_SCRIPT, json.dumps(infer), json.dumps(ready)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    ahead = initialization != "on-demand"
+    assert seen == {"after_init": ahead, "after_infer": ahead, "infer_status": 200, "outputs": [2.0, 3.0, 4.0],
+                    "ready_status": 200, "after_ready": True}
+
+
+def test_without_the_direct_path_the_app_is_made_in_init(manifest_path, monkeypatch):
+    monkeypatch.setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand")
+    handler = LambdaHandler.from_manifest(Manifest.load(manifest_path), direct=False)
+    try:
+        assert handler._app.made is not None
+        assert handler(function_url_event("GET", "/v2/health/ready"), None)["statusCode"] == 200
+    finally:
+        handler.repository.stop()

@@ -359,12 +359,12 @@ def _infer(sock: socket.socket, buffer: bytearray, path: str = "/v2/models/add_s
 
 
 def test_inference_requests_are_queued_without_a_task_and_answered(quickstart_app, monkeypatch, caplog):
-    """Inference requests to a batched model take the queued path (routes.submit_infer: decoded
+    """Inference requests to a batched model take the queued path (infer.submit_infer: decoded
     and queued as they arrive, answered from the loop when the batch is done), not a task each.
     A failure after the batch (here the reply's encoding raising) is answered as the app's
     exception handler answers it, 500 naming the exception's type only, logged, and the server
     goes on."""
-    from handlers.protocol import routes
+    from handlers.protocol import infer
     from handlers.protocol.httpnative.server import NativeHttpServer
 
     tasks = []
@@ -375,7 +375,7 @@ def test_inference_requests_are_queued_without_a_task_and_answered(quickstart_ap
         await real_handle(self, request)
 
     monkeypatch.setattr(NativeHttpServer, "_handle", handle)
-    real_encode = routes.encode_response
+    real_encode = infer.encode_response
     failures = [RuntimeError("the reply's encoding failed")]
 
     def encode(*args, **kwargs):
@@ -383,7 +383,7 @@ def test_inference_requests_are_queued_without_a_task_and_answered(quickstart_ap
             raise failures.pop()
         return real_encode(*args, **kwargs)
 
-    monkeypatch.setattr(routes, "encode_response", encode)
+    monkeypatch.setattr(infer, "encode_response", encode)
     with running(quickstart_app) as server, server.connect() as sock:
         buffer = bytearray()
         status, body = _infer(sock, buffer)

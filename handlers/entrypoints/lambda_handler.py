@@ -13,12 +13,18 @@ request's own batch is executed as one batch.
 Inference requests take a direct path (`LambdaHandler._direct`): Mangum still reads the event
 (its handler for the event's kind gives the ASGI scope and the body) and writes the result (the
 same handler formats the response), but in between the request goes straight to the runtime
-(`routes.run_infer_sync`, the steps of the HTTP fast path in handlers/app.py) on the invoking
+(`run_infer_sync`, handlers/protocol/infer.py: the steps of the HTTP fast path) on the invoking
 thread, without an event loop, an ASGI cycle or a hand-off back to a loop. Only requests the HTTP
 fast path serves take it (`POST /v2/models/M[/versions/V]/infer`, no query string); everything
 else goes through Mangum and the app. tests/test_lambda_direct_path.py checks both give the same
 response, event for event; bench/lambda_overhead.py measures what it saves
 (docs/aws-lambda.md). `TOOLKIT_LAMBDA_DIRECT=0` turns it off.
+
+The app itself (FastAPI, Starlette, pydantic: ~0.15-0.2 s of imports and route building) is made
+on the first event that goes through Mangum, not in init: an environment that only serves
+inference events never imports FastAPI. Where init is taken ahead of traffic (provisioned
+concurrency, SnapStart: AWS_LAMBDA_INITIALIZATION_TYPE), or with the direct path off, the app is
+made in init, so that no request pays for it.
 
 Limits: Lambda refuses a request or response payload over 6 MB (synchronous invocation) before or
 after the handler runs. Requests over it never reach us (docs/aws-lambda.md); responses are
@@ -33,15 +39,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from mangum import Mangum
 
-from ..app import create_app, infer_target, internal_error_reply, reply_headers
 from ..manifest import Manifest
 from ..model_repository import ModelRepository
-from ..protocol.routes import InferHeaders, run_infer_sync
+from ..protocol.infer import InferHeaders, infer_target, internal_error_reply, reply_headers, run_infer_sync
 
 log = logging.getLogger("handlers.aws_lambda")
 
@@ -50,6 +56,8 @@ log = logging.getLogger("handlers.aws_lambda")
 RESPONSE_LIMIT_BYTES = 6 * 1024 * 1024
 ENVELOPE_RESERVE_BYTES = 16 * 1024
 DIRECT_ENV = "TOOLKIT_LAMBDA_DIRECT"
+# Lambda's own: "on-demand", "provisioned-concurrency" or "snap-start" (how init was started).
+INITIALIZATION_TYPE_ENV = "AWS_LAMBDA_INITIALIZATION_TYPE"
 
 
 def _manifest_path() -> Path:
@@ -61,18 +69,50 @@ def _manifest_path() -> Path:
     return candidate if candidate.is_file() else Path("/opt/toolkit/models.json")
 
 
+class _App:
+    """The runtime's ASGI app (handlers/app.py) for Mangum, made when first needed (the module doc)."""
+
+    def __init__(self, repository: ModelRepository) -> None:
+        self.repository = repository
+        self.made: Any = None
+
+    def get(self) -> Any:
+        if self.made is None:
+            from ..app import create_app  # FastAPI and Starlette are imported here
+
+            started = time.perf_counter()
+            self.made = create_app(self.repository, streaming=False)  # Mangum returns one buffered response
+            log.info("made the HTTP app for events other than inference requests in %.3f s",
+                     time.perf_counter() - started)
+        return self.made
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.get()(scope, receive, send)
+
+
 class LambdaHandler:
     """Callable Lambda handler over one loaded repository."""
 
-    def __init__(self, repository: ModelRepository, *, direct: bool | None = None) -> None:
+    def __init__(self, repository: ModelRepository, *, direct: bool | None = None, eager_app: bool | None = None) -> None:
         """`direct`: inference requests skip the ASGI cycle (the module doc); default: on unless
-        TOOLKIT_LAMBDA_DIRECT=0."""
+        TOOLKIT_LAMBDA_DIRECT=0. `eager_app`: make the app now, not on the first event that needs
+        it; default: where init runs ahead of traffic (AWS_LAMBDA_INITIALIZATION_TYPE other than
+        on-demand) or without the direct path."""
         self.repository = repository
-        self.app = create_app(repository, streaming=False)  # Mangum returns one buffered response
-        self._mangum = Mangum(self.app, lifespan="off")
+        self._app = _App(repository)
+        self._mangum = Mangum(self._app, lifespan="off")
         self.direct = os.environ.get(DIRECT_ENV, "1") != "0" if direct is None else direct
+        if eager_app is None:
+            eager_app = not self.direct or os.environ.get(INITIALIZATION_TYPE_ENV, "on-demand") != "on-demand"
+        if eager_app:
+            self._app.get()
         self.invocations = 0
         self.direct_invocations = 0
+
+    @property
+    def app(self) -> Any:
+        """The runtime's ASGI app (made now if it was not yet)."""
+        return self._app.get()
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, *, exit_on_error: bool = True, direct: bool | None = None) -> "LambdaHandler":

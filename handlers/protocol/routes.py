@@ -14,11 +14,7 @@ The infer route enforces the request size limits of handlers/limits.py (413).
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
@@ -28,14 +24,11 @@ from fastapi.responses import Response
 from .. import __version__
 from .. import limits
 from .. import metrics, workers
-from ..batching import OnLoop
 from ..datatypes import PROTOCOL_DATATYPES, from_config_type
 from ..errors import ErrorCode, InferenceError
-from ..inference import InferOutcome, InferRequest, InferResponse
-from ..model_repository import LoadedModel, ModelRepository, decoupled_error
-from . import plans
-from .codec import encode_error, encode_response
-from .compression import compress, decompress
+from ..model_repository import LoadedModel, ModelRepository
+from .codec import encode_error
+from .infer import JSON, InferHeaders, InferReply, run_infer
 
 log = logging.getLogger("handlers.protocol.routes")
 
@@ -59,7 +52,6 @@ EXTENSIONS = [
 # (model_repository_manager.cc); an image serves the repository it was built with.
 MODEL_CONTROL_DISABLED = "explicit model load / unload is not allowed if polling is enabled"
 
-JSON = "application/json"
 
 # Handlers build their responses themselves; Response keeps FastAPI from documenting JSON bodies
 # for routes that send none (health).
@@ -423,177 +415,9 @@ async def model_version_config(request: Request, model_name: str, model_version:
     return await model_config(request, model_name, model_version)
 
 
-@dataclass(frozen=True, slots=True)
-class InferHeaders:
-    """The request headers the infer route reads (None when absent)."""
-
-    content_length: str | None = None
-    header_length: str | None = None  # Inference-Header-Content-Length
-    content_encoding: str | None = None
-    accept_encoding: str | None = None
-
-    @classmethod
-    def from_raw(cls, raw: Iterable[tuple[bytes, bytes]]) -> "InferHeaders":
-        """From ASGI `scope["headers"]` (lowercase names); the first occurrence of a name wins, as
-        Starlette's `Headers.get` has it."""
-        found: dict[bytes, str] = {}
-        for key, value in raw:
-            if key in _INFER_HEADER_NAMES and key not in found:
-                found[key] = value.decode("latin-1")
-        return cls(
-            found.get(b"content-length"),
-            found.get(b"inference-header-content-length"),
-            found.get(b"content-encoding"),
-            found.get(b"accept-encoding"),
-        )
-
-
-_INFER_HEADER_NAMES = frozenset(
-    {b"content-length", b"inference-header-content-length", b"content-encoding", b"accept-encoding"}
-)
-
-
-@dataclass(slots=True)
-class InferReply:
-    """What the infer route answers: status, body and headers (lowercase names, content-type
-    included)."""
-
-    status: int
-    body: bytes
-    headers: dict[str, str]
-
-    def response(self) -> Response:
-        headers = dict(self.headers)
-        return Response(self.body, status_code=self.status, headers=headers, media_type=headers.pop("content-type"))
-
-
-def _error_reply(error: InferenceError) -> InferReply:
-    return InferReply(error.http_status, encode_error(error), {"content-type": JSON})
-
-
-def _infer_target(repository: ModelRepository, model_name: str, model_version: int | None,
-                  headers: InferHeaders) -> LoadedModel:
-    """The addressed model version, ready, not decoupled, and a declared body within the limit
-    (before reading it)."""
-    model = repository.get(model_name, model_version)
-    if model.decoupled:  # tritonserver refuses before reading the body
-        raise decoupled_error()
-    if not model.ready:
-        raise model.not_ready_error()
-    limits.LIMITS.check_content_length(headers.content_length)
-    return model
-
-
-def _infer_request(model: LoadedModel, headers: InferHeaders, raw: bytes) -> InferRequest:
-    body = decompress(raw, headers.content_encoding, limits.LIMITS.max_request_bytes)
-    return plans.infer_request(model, body, headers.header_length)
-
-
-def _ok_reply(model: LoadedModel, infer_request: InferRequest, response: InferResponse,
-              headers: InferHeaders) -> InferReply:
-    """The 200 reply to a request its model answered: the response encoded as the request asks,
-    compressed as the client accepts."""
-    payload, reply_headers = encode_response(response, infer_request, model.spec.config, labels=model.labels,
-                                             io=model.io)
-    payload, encoding = compress(payload, headers.accept_encoding)
-    if encoding:
-        reply_headers["content-encoding"] = encoding
-    reply_headers.setdefault("content-type", JSON)
-    return InferReply(200, payload, reply_headers)
-
-
-def _failed_reply(model_name: str, error: InferenceError) -> InferReply:
-    if error.http_status >= 500:  # the server's or the model's fault: the operator needs it
-        log.error("inference of model '%s' failed (%d): %s", model_name, error.http_status, error)
-    return _error_reply(error)
-
-
-async def run_infer(
-    repository: ModelRepository,
-    model_name: str,
-    model_version: int | None,
-    headers: InferHeaders,
-    chunks: AsyncIterator[bytes],
-) -> InferReply:
-    """One inference request from its headers and body chunks to the reply (errors included).
-
-    Shared by the FastAPI route and the ASGI fast path (handlers/app.py), so both answer alike;
-    `run_infer_sync` is the same steps for a body already whole, outside an event loop (Lambda).
-    """
-    try:
-        model = _infer_target(repository, model_name, model_version, headers)
-        raw = await limits.read_limited(chunks, limits.LIMITS)
-        infer_request = _infer_request(model, headers, raw)
-        return _ok_reply(model, infer_request, await model.infer(infer_request), headers)
-    except InferenceError as error:
-        return _failed_reply(model_name, error)
-
-
-def run_infer_sync(
-    repository: ModelRepository,
-    model_name: str,
-    model_version: int | None,
-    headers: InferHeaders,
-    body: bytes,
-) -> InferReply:
-    """`run_infer` for a whole body on a thread that runs no event loop (the Lambda handler's
-    direct path: handlers/entrypoints/lambda_handler.py); the request waits for its batch on this
-    thread."""
-    try:
-        model = _infer_target(repository, model_name, model_version, headers)
-        limits.check_body(body, limits.LIMITS)
-        infer_request = _infer_request(model, headers, body)
-        return _ok_reply(model, infer_request, model.infer_sync(infer_request), headers)
-    except InferenceError as error:
-        return _failed_reply(model_name, error)
-
-
-def submit_infer(
-    repository: ModelRepository,
-    model_name: str,
-    model_version: int | None,
-    headers: InferHeaders,
-    body: Callable[[], bytes],
-    loop: asyncio.AbstractEventLoop,
-    answer: Callable[[InferReply | Exception], None],
-) -> bool:
-    """`run_infer` for a whole body (`body()`, taken once the model is known to take the request
-    this way), without a task or a coroutine: the request is decoded, validated and queued here,
-    and `answer(reply)` runs on `loop` once its batch is done, a batch's replies delivered by one
-    wake-up of the loop (handlers.batching.OnLoop). A request refused before it is queued is
-    answered at once. Where run_infer would raise something other
-    than an InferenceError, `answer` gets that exception. False, and nothing done, when the model
-    runs requests as coroutines only (ensembles): run_infer serves those."""
-    try:
-        model = _infer_target(repository, model_name, model_version, headers)
-        if not model.queues_callbacks:
-            return False
-        raw = body()
-        limits.check_body(raw, limits.LIMITS)
-        infer_request = _infer_request(model, headers, raw)
-        model.submit(infer_request, OnLoop(loop, functools.partial(_finish_infer, model, infer_request, headers,
-                                                                   answer)))
-    except InferenceError as error:
-        answer(_failed_reply(model_name, error))
-    except Exception as exc:
-        answer(exc)
-    return True
-
-
-def _finish_infer(model: LoadedModel, infer_request: InferRequest, headers: InferHeaders,
-                  answer: Callable[[InferReply | Exception], None], outcome: InferOutcome) -> None:
-    """`submit_infer`'s second half, on the loop: the outcome's reply, as run_infer makes it."""
-    if isinstance(outcome, InferenceError):
-        answer(_failed_reply(model.name, outcome))
-        return
-    try:
-        reply = _ok_reply(model, infer_request, outcome, headers)
-    except InferenceError as error:
-        reply = _failed_reply(model.name, error)
-    except Exception as exc:
-        answer(exc)
-        return
-    answer(reply)
+def _response(reply: InferReply) -> Response:
+    headers = dict(reply.headers)
+    return Response(reply.body, status_code=reply.status, headers=headers, media_type=headers.pop("content-type"))
 
 
 @router.post("/v2/models/{model_name}/infer", **_INFER_DOC)
@@ -605,7 +429,7 @@ async def infer(request: Request, model_name: str, model_version: int | None = N
         request.headers.get("accept-encoding"),
     )
     reply = await run_infer(_repository(request), model_name, model_version, headers, request.stream())
-    return reply.response()
+    return _response(reply)
 
 
 @router.post("/v2/models/{model_name}/versions/{model_version:int}/infer", **_INFER_DOC)

@@ -5,7 +5,7 @@ every complete request in one call when an eventfd wakes it (as the native gRPC 
 handlers/protocol/grpc/nativeserver.py). Each request then runs:
 
 - an inference request the ASGI fast path would take (`app.infer_target`): straight to
-  `routes.run_infer`, the same handler the FastAPI route and the fast path run;
+  `infer.run_infer`, the same handler the FastAPI route and the fast path run;
 - anything else: the same FastAPI app, through a small ASGI adapter (scope / receive / send), so
   routes, statuses, headers and messages are the app's own. A response whose body comes in
   several messages (`generate_stream`'s SSE) goes out chunk by chunk; its `send` waits while the
@@ -37,9 +37,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from ... import limits
-from ...app import infer_path, infer_target, internal_error_reply, reply_headers
 from ..codec import encode_error
-from ..routes import InferHeaders, InferReply, run_infer, submit_infer
+from ..infer import (
+    InferHeaders, InferReply, infer_path, infer_target, internal_error_reply, reply_headers, run_infer, submit_infer,
+)
 
 try:  # built in the tree (handlers/protocol/native/build.py http) ...
     from . import _httpnative
@@ -184,7 +185,7 @@ class NativeHttpServer:
 
     def _infer(self, request: Any) -> bool:
         """An inference request the fast path takes, to a model with a batcher: decoded, checked
-        and queued now, answered on the loop when its batch is done (routes.submit_infer), with
+        and queued now, answered on the loop when its batch is done (infer.submit_infer), with
         no task, scope or coroutine made for it. False for any other request (`_handle` serves
         it in a task)."""
         if request.method != "POST":
