@@ -2,9 +2,9 @@
 
 Inference requests take a fast path: `RuntimeApp.__call__` recognises `POST
 /v2/models/{name}[/versions/{v}]/infer` (without a query string) and runs the same handler as the
-FastAPI route (`run_infer`, handlers/protocol/infer.py) straight from ASGI, skipping Starlette's middleware stack,
-routing and request objects, which cost more than the whole inference of a small model
-(docs/performance.md). Every other request, and an infer request with a query string, goes through
+FastAPI route (`run_infer`, handlers/protocol/infer.py) straight from ASGI, skipping Starlette's
+middleware stack, routing and request objects, which cost more than the whole inference of a small
+model (docs/performance.md). Every other request, and an infer request with a query string, goes through
 FastAPI; the OpenAPI document still describes the infer routes, whose FastAPI handlers stay.
 """
 

@@ -448,8 +448,8 @@ def _stopping(request: InferRequest) -> InferenceError:
 class OnLoop:
     """A `submit` callback that runs `function(outcome)` on `loop` (an event loop's thread): how
     `infer` settles the future it awaits, and how the native front ends answer a request they
-    queued without a task (protocol.infer.submit_infer, InferenceService.queue_model_infer). The batcher
-    recognises it and delivers a batch's outcomes for one loop by one wake-up of the loop
+    queued without a task (protocol.infer.submit_infer, InferenceService.queue_model_infer). The
+    batcher recognises it and delivers a batch's outcomes for one loop by one wake-up of the loop
     (`_deliver_all`); called alone (cancellation, a failure in the queue) it delivers just its
     own. `function` must not raise (the loop's exception handler would only log it) and is called
     once, unless the loop is closed."""

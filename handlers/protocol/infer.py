@@ -237,8 +237,7 @@ def infer_path(path: str) -> tuple[str, int | None] | None:
 def internal_error_reply(scope: Mapping[str, Any], exc: Exception) -> InferReply:
     """As the app's exception handler: log it, never send it."""
     app_log.error("internal error serving %s %s", scope["method"], scope["path"], exc_info=exc)
-    return InferReply(500, orjson.dumps({"error": f"internal error: {type(exc).__name__}"}),
-                      {"content-type": "application/json"})
+    return InferReply(500, orjson.dumps({"error": f"internal error: {type(exc).__name__}"}), {"content-type": JSON})
 
 
 def reply_headers(reply: InferReply) -> list[tuple[bytes, bytes]]:

@@ -4,7 +4,7 @@ evhttp's threads accept connections and parse whole requests off the GIL; the as
 every complete request in one call when an eventfd wakes it (as the native gRPC front end does,
 handlers/protocol/grpc/nativeserver.py). Each request then runs:
 
-- an inference request the ASGI fast path would take (`app.infer_target`): straight to
+- an inference request the ASGI fast path would take (`infer.infer_target`): straight to
   `infer.run_infer`, the same handler the FastAPI route and the fast path run;
 - anything else: the same FastAPI app, through a small ASGI adapter (scope / receive / send), so
   routes, statuses, headers and messages are the app's own. A response whose body comes in
