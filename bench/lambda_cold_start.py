@@ -17,7 +17,7 @@ Prints the median and every run; the numbers go in docs/cold-start.md.
 runs it) and starts the real awslambdaric with `handlers.entrypoints.aws_lambda.handler` over REPO
 compiled as an image compiles it, with AWS_LAMBDA_FUNCTION_MEMORY_SIZE 1,769 (one vCPU). Each run
 is a fresh RIE and runtime that gets one first event, an inference request (`infer`: REPO's
-first model with zeros for its inputs, JSON) or `GET /v2/health/ready` (`ready`); it reports
+first model with random data for its inputs, as `toolkit tune` makes its requests) or `GET /v2/health/ready` (`ready`); it reports
 `init` (INIT REPORT) and `first` (the first invocation's REPORT Duration, which under the RIE
 counts from the start of init: the time from the runtime's start to the first answer). `--source` runs the
 runtime from other trees too (e.g. a `git worktree` of an older commit), interleaved with this one,
@@ -27,49 +27,33 @@ so that a change's effect is read from one run.
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import servers  # noqa: E402
 
 from toolkit.build.builders import detect_builder  # noqa: E402
 from toolkit.build.pipeline import SilentUI, measure_lambda_cold_start  # noqa: E402
 
 
-def _zeros_request(config: dict) -> bytes:
-    """A JSON inference request of zeros for every input of `config` (batch 1; -1 dims as 1)."""
-    import json
-
-    from handlers.datatypes import from_config_type
-
-    batch = [1] if config.get("max_batch_size", 0) > 0 else []
-    inputs = []
-    for io in config["input"]:
-        shape = batch + [max(1, int(d)) for d in io["dims"]]
-        datatype = from_config_type(io["data_type"])
-        size = 1
-        for d in shape:
-            size *= d
-        inputs.append({"name": io["name"], "shape": shape, "datatype": datatype,
-                       "data": [""] * size if datatype == "BYTES" else [0] * size})
-    return json.dumps({"inputs": inputs}).encode()
-
-
 def host_runs(repo: Path, sources: list[Path], runs: int) -> None:
-    import json
-    import os
-    import shutil
-    import socket
-    import subprocess
-    import tempfile
-    import time
-    import urllib.request
-
     from toolkit.build.lambda_rie import ensure_rie
     from toolkit.build.local_run import INVOKE_PATH, parse_reports
     from toolkit.deploy.function_url import request_event
     from toolkit.repository.compile import compile_repository
+    from toolkit.tune.load import request_body
 
     work = Path(tempfile.mkdtemp(prefix="lambda-cold-"))
     repository = work / "repository"
@@ -78,26 +62,21 @@ def host_runs(repo: Path, sources: list[Path], runs: int) -> None:
     if not compiled.ok:
         raise SystemExit("\n".join(compiled.failure_lines()))
     manifest = compiled.write_manifest(repository / "models.json")
-    model = json.loads(manifest.read_text())["models"][0]
-    events = {"infer": request_event("POST", f"/v2/models/{model['name']}/infer", {"content-type": "application/json"},
-                                     _zeros_request(model["config"])),
+    model = compiled.manifest()["models"][0]
+    body, headers = request_body(model["config"], 1, {})
+    events = {"infer": request_event("POST", f"/v2/models/{model['name']}/infer", headers, body),
               "ready": request_event("GET", "/v2/health/ready")}
     rie = ensure_rie()
 
-    def free_port() -> int:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            return sock.getsockname()[1]
-
     def once(source: Path, event: dict) -> tuple[float, float]:
-        port = free_port()
+        port = servers.free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TOOLKIT_"))}
         env.update({"PYTHONPATH": str(source), "TOOLKIT_MANIFEST": str(manifest), "TOOLKIT_LOG_LEVEL": "warning",
                     "AWS_LAMBDA_FUNCTION_NAME": "bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"})
         log = work / "rie.log"
         with log.open("w") as handle:
             process = subprocess.Popen([str(rie), "--runtime-interface-emulator-address", f"127.0.0.1:{port}",
-                                        "--runtime-api-address", f"127.0.0.1:{free_port()}", sys.executable, "-m",
+                                        "--runtime-api-address", f"127.0.0.1:{servers.free_port()}", sys.executable, "-m",
                                         "awslambdaric", "handlers.entrypoints.aws_lambda.handler"],
                                        cwd=work, env=env, stdout=handle, stderr=subprocess.STDOUT)
         try:

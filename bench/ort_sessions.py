@@ -39,9 +39,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -93,77 +95,62 @@ def serve_arm(repo: Path, arm: str, logs: Path, measurement_ms: int, server_cpus
             "avg_batch": level.batch_size}
 
 
+# One Lambda execution environment: its init, then the event (argv[1]) `argv[2]` times, one at a
+# time. It prints a line after init and one after the invocations, and waits for a line on stdin
+# after each, while the bench reads its memory (_status).
 LAMBDA_CHILD = r"""
-import base64, json, os, statistics, sys, time
+import json, statistics, sys, time
 started = time.perf_counter()
 from handlers.entrypoints import aws_lambda
-init_s = time.perf_counter() - started
-import numpy as np
-import tritonclient.http as httpclient
-from tritonclient.http._utils import _get_inference_request
-
-def status():
-    values = {}
-    for line in open("/proc/self/status"):
-        key, _, rest = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            values[key] = int(rest.split()[0]) // 1024
-    return values
-
-at_init = status()
-name, shape = sys.argv[1], [2] + [int(d) for d in sys.argv[2].split(",")]
-rows = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-item = httpclient.InferInput(sys.argv[3], shape, "FP32")
-item.set_data_from_numpy(rows, binary_data=True)
-body, json_size = _get_inference_request([item], "bench", None, 0, False, False, 0, None, None)
-path = "/v2/models/" + name + "/infer"
-event = {"version": "2.0", "routeKey": "$default", "rawPath": path, "rawQueryString": "",
-         "headers": {"host": "bench.lambda-url.us-east-1.on.aws", "content-type": "application/octet-stream",
-                     "inference-header-content-length": str(json_size)},
-         "requestContext": {"http": {"method": "POST", "path": path, "protocol": "HTTP/1.1", "sourceIp": "127.0.0.1",
-                                     "userAgent": "bench"}, "requestId": "bench", "routeKey": "$default",
-                            "stage": "$default", "accountId": "123456789012", "apiId": "bench",
-                            "domainName": "bench.lambda-url.us-east-1.on.aws", "domainPrefix": "bench",
-                            "time": "28/Nov/2026:00:00:00 +0000", "timeEpoch": 0},
-         "body": base64.b64encode(body).decode(), "isBase64Encoded": True}
-times = []
-for _ in range(int(sys.argv[4])):
+print(json.dumps({"init_s": round(time.perf_counter() - started, 3)}), flush=True)
+sys.stdin.readline()
+event, times = json.loads(sys.argv[1]), []
+for _ in range(int(sys.argv[2])):
     began = time.perf_counter()
     answer = aws_lambda.handler(event, None)
     times.append(time.perf_counter() - began)
     assert answer["statusCode"] == 200, answer
 times.sort()
-print(json.dumps({"init_s": round(init_s, 3), "rss_mb_init": at_init["VmRSS"], "hwm_mb": status()["VmHWM"],
-                  "p50_ms": round(1000 * statistics.median(times), 1),
-                  "p99_ms": round(1000 * times[min(len(times) - 1, int(0.99 * len(times)))], 1)}))
+print(json.dumps({"p50_ms": round(1000 * statistics.median(times), 1),
+                  "p99_ms": round(1000 * times[min(len(times) - 1, int(0.99 * len(times)))], 1)}), flush=True)
+sys.stdin.readline()
 """
 
 
-def lambda_arm(manifest: Path, arm: str, memory_mb: int, invocations: int, logs: Path) -> dict:
+def lambda_arm(manifest: Path, event: dict, arm: str, memory_mb: int, invocations: int, logs: Path) -> dict:
     """One Lambda init and `invocations` sequential events in a fresh interpreter (LAMBDA_CHILD)."""
-    import os
-    import subprocess
-
     env = {**os.environ, "TOOLKIT_MANIFEST": str(manifest), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(memory_mb),
            "TOOLKIT_LOG_LEVEL": "info", "PYTHONPATH": str(ROOT)}
     for inherited in ("TOOLKIT_CPUS", "TOOLKIT_ORT_SHARED_SESSION"):
         env.pop(inherited, None)
     env.update(servers.frontends(ARMS[arm])[0].extra)  # the arm's setting (TOOLKIT_ORT_SHARED_SESSION=0 or none)
-    done = subprocess.run([sys.executable, "-c", LAMBDA_CHILD, MODEL, "1,32,100", str_model.INPUT_NAME, str(invocations)],
-                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     logs.mkdir(parents=True, exist_ok=True)
-    (logs / f"lambda-{arm}-{int(time.time())}.log").write_text(done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"the Lambda arm {arm} failed:\n{done.stderr[-3000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    loaded = re.search(r"loaded \d+ model version\(s\) in ([\d.]+) s", done.stderr)
-    threads = re.findall(r"intra-op threads (\d+)", done.stderr)
+    log = logs / f"lambda-{arm}-{int(time.time())}.log"
+    with log.open("w") as stderr, subprocess.Popen(
+            [sys.executable, "-c", LAMBDA_CHILD, json.dumps(event), str(invocations)], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=ROOT) as child:
+        result: dict = {}
+        for key in ("VmRSS", "VmHWM"):  # after init, then after the invocations
+            line = child.stdout.readline()
+            if not line:
+                child.wait(timeout=60)
+                raise SystemExit(f"the Lambda arm {arm} failed:\n{log.read_text()[-3000:]}")
+            result.update(json.loads(line))
+            result["rss_mb_init" if key == "VmRSS" else "hwm_mb"] = _status(child.pid)[key]
+            child.stdin.write("\n")
+            child.stdin.flush()
+        child.wait(timeout=60)
+    text = log.read_text()
+    loaded = re.search(r"loaded \d+ model version\(s\) in ([\d.]+) s", text)
     return {"load_s": float(loaded.group(1)) if loaded else None, **result,
-            "sessions_shared": done.stderr.count("the version's shared session"), "intra_op_threads": threads}
+            "sessions_shared": text.count("the version's shared session"),
+            "intra_op_threads": re.findall(r"intra-op threads (\d+)", text)}
 
 
 def lambda_main(args: argparse.Namespace, work: Path) -> None:
+    from toolkit.deploy.function_url import request_event
     from toolkit.repository.compile import compile_repository
+    from toolkit.tune.load import request_body
 
     repo = work / "repo"
     str_model.export(repo / MODEL / "1" / "model.onnx")
@@ -172,10 +159,12 @@ def lambda_main(args: argparse.Namespace, work: Path) -> None:
     if not compiled.ok:
         raise SystemExit("\n".join(compiled.failure_lines()))
     manifest = compiled.write_manifest(repo / "models.json")
+    body, headers = request_body(compiled.manifest()["models"][0]["config"], 2, {})  # the seeds' 2-row request
+    event = request_event("POST", f"/v2/models/{MODEL}/infer", headers, body)
     runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     for repeat in range(args.repeats):
         for arm in servers.rotated(list(ARMS), repeat):
-            result = lambda_arm(manifest, arm, args.lambda_memory, args.invocations, work / "logs")
+            result = lambda_arm(manifest, event, arm, args.lambda_memory, args.invocations, work / "logs")
             runs[arm].append(result)
             print(f"repeat {repeat + 1} {arm}: {result}", flush=True)
     numeric = ("load_s", "init_s", "rss_mb_init", "hwm_mb", "p50_ms", "p99_ms")
@@ -185,7 +174,7 @@ def lambda_main(args: argparse.Namespace, work: Path) -> None:
     ratios = {"init_s_saved": own["init_s"] - shared["init_s"], "rss_mb_saved": own["rss_mb_init"] - shared["rss_mb_init"],
               "hwm_mb_saved": own["hwm_mb"] - shared["hwm_mb"], "p50": shared["p50_ms"] / own["p50_ms"],
               "p99": shared["p99_ms"] / own["p99_ms"]}
-    write_results(args.out, "-lambda", summary, ratios, cpus=len(__import__("os").sched_getaffinity(0)),
+    write_results(args.out, "-lambda", summary, ratios, cpus=len(os.sched_getaffinity(0)),
                   lambda_memory_mb=args.lambda_memory, invocations=args.invocations, runs=runs)
 
 

@@ -263,8 +263,8 @@ class ModelRepository:
             slots = instance_slots(model.spec.config)
             if self.worker is not None:
                 slots = self.worker.mine(slots)
-            slots = [dataclasses.replace(s, threads=self.cpu_plan.threads_for(model.name, s), serial=self.cpu_plan.serial)
-                     for s in slots]
+            plan = self.cpu_plan
+            slots = [dataclasses.replace(s, threads=plan.threads_for(model.name, s), serial=plan.serial) for s in slots]
             with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
                 model.instances = list(pool.map(lambda s: factory(model.spec, model.version, s), slots))
                 model.load_seconds = time.perf_counter() - started

@@ -14,6 +14,8 @@ ResponseSink, handlers/streaming.py) and return an outcome per request when `exe
 CPU threads: `slot.threads` is the instance's share of the container's CPUs, for the framework's
 thread pools where the config sets no count; a module may define `explicit_threads(config)` so
 that the budget knows the counts a config does set (handlers/cpu_budget.py says how).
+`slot.serial` is true where the plan serves one request at a time (AWS Lambda): the instances
+of a version never execute together there (the onnxruntime backend then shares one session).
 """
 
 from __future__ import annotations

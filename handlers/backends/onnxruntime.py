@@ -1,5 +1,5 @@
 """ONNX Runtime backend: an InferenceSession per model instance, as Triton's onnxruntime backend,
-except that CPU instances of one intra-op thread share one session (below).
+except where a version's CPU instances share one session (below).
 
 Session options come from the config's `parameters` (intra_op_thread_count, inter_op_thread_count,
 execution_mode, enable_mem_arena, enable_mem_pattern) and `optimization.graph.level`; thread

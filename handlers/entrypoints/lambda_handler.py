@@ -109,11 +109,6 @@ class LambdaHandler:
         self.invocations = 0
         self.direct_invocations = 0
 
-    @property
-    def app(self) -> Any:
-        """The runtime's ASGI app (made now if it was not yet)."""
-        return self._app.get()
-
     @classmethod
     def from_manifest(cls, manifest: Manifest, *, exit_on_error: bool = True, direct: bool | None = None) -> "LambdaHandler":
         repository = ModelRepository(manifest, no_queue_delay=True, serial=True)
