@@ -1,5 +1,6 @@
-"""ONNX Runtime sessions per instance: CPU instances of one intra-op thread share their version's
-session (handlers/backends/onnxruntime.py), every other instance has its own, as in Triton; and
+"""ONNX Runtime sessions per instance: CPU instances of one intra-op thread, and on AWS Lambda's
+serial plan all CPU-provider instances, share their version's session
+(handlers/backends/onnxruntime.py), every other instance has its own, as in Triton; and
 the registry the shared sessions (and the pytorch backend's shared modules) are kept in
 (handlers/backends/sharing.py)."""
 
