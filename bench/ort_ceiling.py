@@ -12,13 +12,14 @@ batch size a server executed.
 
 from __future__ import annotations
 
+import functools
 import statistics
-import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
+import servers
 
 
 def _session(model: Path, config: dict, threads: int | None = None):
@@ -36,9 +37,8 @@ def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], insta
     `threads`: each session's CPU budget where the config sets no intra-op threads; `shared`: the
     threads run on one session (None: as the runtime's CPU instances would).
 
-    Each session's rate is its completed runs over the time up to its last completion (a run still
-    going when the window closes is neither counted nor timed: with runs of ~0.3 s in a 3 s
-    window, counting runs finished by the window's end would undercount by up to a tenth)."""
+    Each session's rate is its completed runs over the time up to its last completion
+    (servers.threads_rate)."""
     if shared is None:
         from handlers.backends.onnxruntime import shares_session
 
@@ -48,31 +48,8 @@ def throughput(model: Path, config: dict, feeds: Mapping[str, np.ndarray], insta
     batch = next(iter(feeds.values())).shape[0]
     for session in set(sessions):
         session.run(None, dict(feeds))  # warm-up
-    counts = [0] * instances
-    last = [0.0] * instances
-    start = threading.Barrier(instances + 1)
-    stop = threading.Event()
-
-    def work(index: int) -> None:
-        session = sessions[index]
-        start.wait()
-        while not stop.is_set():
-            session.run(None, dict(feeds))
-            counts[index] += 1
-            last[index] = time.perf_counter()
-
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(instances)]
-    for worker in workers:
-        worker.start()
-    start.wait()
-    began = time.perf_counter()
-    time.sleep(seconds)
-    while min(counts) == 0:  # a run longer than the window (a big batch on a busy machine)
-        time.sleep(0.01)
-    stop.set()
-    for worker in workers:
-        worker.join()
-    return batch * sum(count / (at - began) for count, at in zip(counts, last))
+    calls = [functools.partial(session.run, None, dict(feeds)) for session in sessions]
+    return batch * servers.threads_rate(calls, seconds)
 
 
 def measure(

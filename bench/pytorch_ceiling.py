@@ -4,13 +4,18 @@ server reaches >= 90 % of the ceiling.
 
     .venv/bin/python bench/pytorch_ceiling.py            # 3 interleaved repeats x 2 variants, ~3-4 min on 2 cores
     .venv/bin/python bench/pytorch_ceiling.py --quick    # 1 short repeat, to check it runs
+    .venv/bin/python bench/pytorch_ceiling.py --model str --frontends http-native   # the guide's model, ~8 min
 
-Model: a TorchScript CNN with text_recognition's signature (`INPUT__0` FP32 [1,32,100] ->
-`OUTPUT__0` FP32 [26,37]; three conv+pool stages and a linear head, made by torch.jit.script
-with fixed weights), `max_batch_size: 8`, `dynamic_batching { }`, two KIND_CPU instances and
-INTRA_OP_THREAD_COUNT 1 (torch's intra-op pool is process-wide; one thread per call keeps the two
-instances from fighting over two cores, and the ceiling uses the same setting, as it does the
-backend's C allocator setting, handlers/backends/pytorch/settings.py keep_freed_memory).
+Model (--model): `text_cnn` (the default), a small TorchScript CNN with text_recognition's
+signature (`INPUT__0` FP32 [1,32,100] -> `OUTPUT__0` FP32 [26,37]; three conv+pool stages and a
+linear head, made by torch.jit.script with fixed weights, ~0.9 ms of forward per row: the serving
+stack's cost shows); or `str`, the seeds' model at full size, Triton's conceptual guide's
+STRModel (bench/str_model.py) traced with torch.jit.trace as a user saves it, the same
+signature, ~46 ms of forward per row. Either with `max_batch_size: 8`, `dynamic_batching { }`, two
+KIND_CPU instances and INTRA_OP_THREAD_COUNT 1 (torch's intra-op pool is process-wide; one
+thread per call keeps the two instances from fighting over two cores, and the ceiling uses the
+same setting, as it does the backend's C allocator setting, handlers/backends/pytorch/settings.py
+keep_freed_memory).
 
 Ceiling: N threads (N = the instance count), each calling the module on one batch back to back
 under no_grad + inference_mode, as the backend calls it, on the data perf_analyzer sends (random
@@ -63,8 +68,16 @@ parameters {{ key: "INTRA_OP_THREAD_COUNT" value {{ string_value: "1" }} }}
 """
 
 
-def build_model(path: Path) -> Path:
+def build_model(path: Path, model: str = "text_cnn") -> Path:
     import torch
+
+    if model == "str":
+        import str_model
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with torch.no_grad():
+            torch.jit.trace(str_model.build(), torch.randn(1, 1, 32, 100)).save(str(path))
+        return path
 
     class TextCNN(torch.nn.Module):
         def __init__(self) -> None:
@@ -111,7 +124,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ceiling-seconds", type=float, default=3.0)
-    parser.add_argument("--measurement-ms", type=int, default=4000)
+    parser.add_argument("--model", choices=["text_cnn", "str"], default="text_cnn",
+                        help="text_cnn: a small CNN (~1 ms per row); str: the guide's STRModel at full size")
+    parser.add_argument("--measurement-ms", type=int, default=None,
+                        help="perf_analyzer's window (default 4000; --model str: 15000, ~30 requests/s)")
     parser.add_argument("--quick", action="store_true", help="one short repeat (checks that the bench runs)")
     parser.add_argument("--output", type=Path, default=None)
     parser.add_argument("--variants", default="shared,pinned",
@@ -120,6 +136,8 @@ def main() -> None:
     servers.add_frontend_argument(parser)
     args = parser.parse_args()
     args.load_at_start = os.getloadavg()[0]
+    if args.measurement_ms is None:
+        args.measurement_ms = 15000 if args.model == "str" else 4000
     if args.quick:
         args.repeats, args.ceiling_seconds, args.measurement_ms = 1, 1.0, 1000
 
@@ -129,7 +147,7 @@ def main() -> None:
 
 def _run(args: argparse.Namespace, work: Path) -> None:
     repo = work / "models"
-    model = build_model(repo / MODEL / "1" / "model.pt")
+    model = build_model(repo / MODEL / "1" / "model.pt", args.model)
     (repo / MODEL / "config.pbtxt").write_text(CONFIG)
     sizes = [2, 4, 6, 8]
     arms = servers.arms(args.variants, args.frontends)
@@ -166,7 +184,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         "cpus": os.cpu_count(),
         "load_at_start": args.load_at_start,
         "load_at_end": os.getloadavg()[0],
-        "model": f"{MODEL}: TorchScript CNN, FP32 [1,32,100] -> [26,37], max_batch_size 8, {INSTANCES} instances",
+        "model": (f"{MODEL}: TorchScript CNN" if args.model == "text_cnn" else f"{MODEL} (its name in the repository): the guide's STRModel at full "
+                  "size, torch.jit.trace") + f", FP32 [1,32,100] -> [26,37], max_batch_size 8, {INSTANCES} instances",
         "target": TARGET,
         "repeats": args.repeats,
         "variants": {},
@@ -199,7 +218,8 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         print(f"ceiling, {variant}: " + ", ".join(f"batch {b}: {statistics.median(v):.1f}"
                                                   for b, v in ceilings[variant].items()))
     if not args.quick:
-        output = args.output or BENCH / "results" / f"pytorch-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
+        name = "pytorch" if args.model == "text_cnn" else "pytorch-str"
+        output = args.output or BENCH / "results" / f"{name}-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
         output.write_text(json.dumps(result, indent=2) + "\n")
         print(f"results: {output}")
 

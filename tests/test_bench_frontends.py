@@ -102,3 +102,17 @@ def test_every_arm_takes_every_place_in_turn() -> None:
     assert orders == [["http-uvicorn", "http-native", "grpc-native"], ["http-native", "grpc-native", "http-uvicorn"],
                       ["grpc-native", "http-uvicorn", "http-native"], ["http-uvicorn", "http-native", "grpc-native"]]
     assert servers.rotated([], 3) == []
+
+
+def test_a_ceiling_counts_each_thread_up_to_its_last_completed_call() -> None:
+    """bench/servers.threads_rate (every in-process ceiling: ONNX Runtime, pytorch, fil, OpenVINO):
+    calls of 0.25 s in a 0.6 s window finish twice per thread, at 0.5 s; the rate is 2 / 0.5 s per
+    thread, 4 calls/s, not 2 / 0.6 s (the call cut off by the window's end neither counted nor
+    timed); a window shorter than one call waits for each thread's first."""
+    import time
+
+    def call() -> None:
+        time.sleep(0.25)
+
+    assert servers.threads_rate([call, call], 0.6) == pytest.approx(8.0, rel=0.08)
+    assert servers.threads_rate([call], 0.05) == pytest.approx(4.0, rel=0.08)
