@@ -246,6 +246,47 @@ def test_on_demand_init_makes_the_app_only_when_an_event_needs_it(manifest_path,
                     "ready_status": 200, "after_ready": True}
 
 
+
+METRICS_SCRIPT = r"""
+import json, sys
+from handlers.entrypoints import aws_lambda as entry
+infer, ready, scrape = (json.loads(a) for a in sys.argv[1:4])
+seen = {"after_init": "prometheus_client" in sys.modules}
+seen["codes"] = [entry.handler(infer, None)["statusCode"], entry.handler(ready, None)["statusCode"]]
+seen["before_scrape"] = "prometheus_client" in sys.modules
+answer = entry.handler(scrape, None)
+seen["scrape_status"] = answer["statusCode"]
+seen["content_type"] = answer["headers"]["content-type"]
+seen["text"] = answer["body"]
+seen["after_scrape"] = "prometheus_client" in sys.modules
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("initialization", ["on-demand", "provisioned-concurrency"])
+def test_prometheus_client_is_imported_on_the_first_scrape_and_counts_what_came_before(manifest_path, initialization):
+    """handlers.metrics counts without prometheus-client; handlers.exposition (prometheus-client's
+    ~20 ms of imports) comes with the first `/metrics` event, not in init, even where init makes the
+    app; the scrape then shows the requests answered before it, in Triton's text."""
+    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 3], "datatype": "FP32", "data": [1, 2, 3]},
+                                  {"name": "INPUT1", "shape": [1, 3], "datatype": "FP32", "data": [1, 1, 1]}]}).encode()
+    events = [function_url_event("POST", "/v2/models/add_sub/infer", body, {"content-type": "application/json"}),
+              function_url_event("GET", "/v2/health/ready"), function_url_event("GET", "/metrics")]
+    env = {**os.environ, "TOOLKIT_MANIFEST": str(manifest_path), "TOOLKIT_LOG_LEVEL": "warning",
+           "AWS_LAMBDA_INITIALIZATION_TYPE": initialization}
+    out = subprocess.run([sys.executable, "-c", METRICS_SCRIPT, *map(json.dumps, events)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (seen["after_init"], seen["codes"], seen["before_scrape"]) == (False, [200, 200], False)
+    assert (seen["scrape_status"], seen["after_scrape"]) == (200, True)
+    assert seen["content_type"].startswith("text/plain; version=0.0.4")
+    lines = seen["text"].splitlines()
+    assert 'nv_inference_request_success{model="add_sub",version="1"} 1.0' in lines
+    assert 'nv_inference_count{model="add_sub",version="1"} 1.0' in lines
+    assert "# TYPE nv_inference_count counter" in lines and "nv_inference_count_total" not in seen["text"]
+    assert any(line.startswith("nv_cpu_utilization ") for line in lines)
+
 def test_without_the_direct_path_the_app_is_made_in_init(manifest_path, monkeypatch):
     monkeypatch.setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand")
     handler = LambdaHandler.from_manifest(Manifest.load(manifest_path), direct=False)

@@ -328,11 +328,11 @@ def test_nested_bls_chain_with_busy_single_instances_does_not_deadlock(repositor
 
 
 def test_custom_metrics_reach_the_runtime_registry(repository):
-    from handlers import metrics
+    from handlers import exposition
 
     infer(repository, "probe", {"INPUT0": _rows(1)})
     infer(repository, "probe", {"INPUT0": _rows(1)})
-    text = metrics.exposition().decode()
+    text = exposition.text().decode()
     counts = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line.startswith("probe_")}
     assert counts['probe_requests{model="probe"}'] >= 2
     assert counts['probe_requests{model="probe_inprocess"}'] >= 1

@@ -423,7 +423,8 @@ def test_metric_store_exposition_matches_tritons_format():
     from prometheus_client import CollectorRegistry
 
     from handlers.backends.python.metric_store import COUNTER, HISTOGRAM, MetricStore
-    from handlers.metrics import CounterMetric, exposition
+    from handlers import exposition
+    from handlers.exposition import CounterMetric
 
     store = MetricStore()
     counter = store.metric(store.family("expo_counter", "a counter", COUNTER), {"k": "v"}, None)
@@ -444,7 +445,7 @@ def test_metric_store_exposition_matches_tritons_format():
     ]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(store)
-    text = exposition(registry).decode()
+    text = exposition.text(registry).decode()
     assert 'expo_counter{k="v"} 2.0' in text and 'expo_hist_bucket{a="b",le="+Inf"} 3.0' in text
     assert "# HELP expo_counter a counter\n# TYPE expo_counter counter\n" in text
     assert "# HELP expo_hist h\n# TYPE expo_hist histogram\n" in text

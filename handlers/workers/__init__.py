@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .. import metrics
 
 
 async def server_ready(repository: Any) -> bool:
@@ -50,5 +49,7 @@ async def exposition(repository: Any) -> bytes:
     """The Prometheus text of `/metrics`, summed over every worker."""
     peers = getattr(repository, "peers", None) if repository is not None else None
     if peers is None:
-        return metrics.exposition()
+        from ..exposition import text  # prometheus-client: on the first scrape, not at start-up
+
+        return text()
     return await peers.exposition()

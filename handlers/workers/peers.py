@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 from prometheus_client.core import Metric
 
-from .. import metrics
+from .. import exposition
 from ..errors import InferenceError, unavailable
 from .plan import WorkerSlot
 
@@ -84,7 +84,7 @@ class Peers:
                     found.append(model.statistics.as_dict())
             return found
         if op == "metrics":
-            return [_metric_document(m) for m in metrics.REGISTRY.collect()]
+            return [_metric_document(m) for m in exposition.REGISTRY.collect()]
         raise ValueError(f"unknown question {op!r}")
 
     # -- asking the others ------------------------------------------------------------------------
@@ -132,7 +132,7 @@ class Peers:
 
     async def exposition(self) -> bytes:
         answers = await self._everyone({"op": "metrics"})
-        return metrics.render(merge_metrics(answers))
+        return exposition.render(merge_metrics(answers))
 
 
 def merge_statistics(a: Any, b: Any, key: str = "") -> Any:
@@ -163,7 +163,7 @@ def _metric_document(metric: Metric) -> dict[str, Any]:
         "name": metric.name,
         "doc": metric.documentation,
         "type": metric.type,
-        "counter": isinstance(metric, metrics.CounterMetric),
+        "counter": isinstance(metric, exposition.CounterMetric),
         "samples": [[s.name, s.labels, s.value] for s in metric.samples],
     }
 
@@ -188,7 +188,7 @@ def merge_metrics(answers: list[list[dict[str, Any]]]) -> list[Metric]:
                     merged["values"][key] += value
     out: list[Metric] = []
     for name, family in families.items():
-        metric = metrics.CounterMetric(name, family["doc"]) if family["counter"] else Metric(name, family["doc"], family["type"])
+        metric = exposition.CounterMetric(name, family["doc"]) if family["counter"] else Metric(name, family["doc"], family["type"])
         for (sample_name, labels), value in family["values"].items():
             metric.add_sample(sample_name, dict(labels), value)
         out.append(metric)

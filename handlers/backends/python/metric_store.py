@@ -1,5 +1,5 @@
 """Where Python models' custom metrics (pb_utils.MetricFamily) live: one store per serving
-process, exposed on /metrics through `handlers.metrics.REGISTRY`.
+process, exposed on /metrics through `handlers.exposition.REGISTRY`.
 
 Semantics follow Triton's core (metric_family.cc, prometheus-cpp): a family name is unique per
 kind (the same name and kind returns the same family, another kind is an error); metrics with the
@@ -123,7 +123,7 @@ class MetricStore:
         """prometheus-client collector protocol."""
         from prometheus_client.core import Metric
 
-        from ...metrics import CounterMetric
+        from ...exposition import CounterMetric
 
         with self._lock:
             families = [(f, [(m, self._metrics[m][1]) for m in f.metrics.values()]) for f in self._families]
@@ -164,14 +164,14 @@ _runtime_lock = threading.Lock()
 
 
 def runtime_store() -> MetricStore:
-    """The serving process's store, registered in `handlers.metrics.REGISTRY` on first use."""
+    """The serving process's store, registered in `handlers.exposition.REGISTRY` on first use."""
     global _runtime_store
     with _runtime_lock:
         if _runtime_store is None:
             store = MetricStore()
             try:
-                from ...metrics import REGISTRY
-            except ImportError:  # pragma: no cover - the runtime always ships handlers.metrics
+                from ...exposition import REGISTRY
+            except ImportError:  # pragma: no cover - the runtime always ships handlers.exposition
                 REGISTRY = None
             if REGISTRY is not None:
                 REGISTRY.register(store)
