@@ -6,7 +6,8 @@ NVIDIA GPU, through NVML (nvidia-ml-py), nv_gpu_utilization, nv_gpu_memory_total
 nv_gpu_memory_used_bytes, label `gpu_uuid`), and the Python models' `pb_utils.MetricFamily`
 (handlers/backends/python/metric_store.py). Imported on the first scrape (or the first custom
 metric), not at start-up: see `handlers.metrics`. nv_cpu_utilization is the fraction of the CPUs
-busy since the previous scrape, 0 at the first, as in tritonserver.
+busy since the previous scrape, 0 at the first (tritonserver polls it every second; a deviation,
+docs/triton-compatibility.md).
 
 Triton's counters carry no `_total` suffix, and its text says `# TYPE <name> counter`.
 prometheus-client's text format renames every counter family `<name>_total` in its HELP and TYPE
