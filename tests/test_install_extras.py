@@ -48,3 +48,18 @@ def test_runtime_refuses_both_distributions(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert "onnxruntime and onnxruntime-gpu are all installed" in out.stdout, out.stdout + out.stderr
     assert "pip uninstall -y onnxruntime onnxruntime-gpu" in out.stdout
+
+
+def test_with_one_distribution_the_check_imports_nothing(tmp_path):
+    """The usual case (one ONNX Runtime distribution, every image): the check lists the import
+    path's folders and asks importlib.metadata nothing (its imports are ~12 ms of a cold start).
+    A `.dist-info` of another project whose name starts the same way does not count."""
+    (tmp_path / "onnxruntime_extensions-0.14.0.dist-info").mkdir()
+    script = (
+        "import sys\n"
+        "from handlers.backends.onnxruntime import _ort, _several_onnxruntime_dist_infos\n"
+        "print(_ort().__name__, _several_onnxruntime_dist_infos(), 'importlib.metadata' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert out.stdout.split() == ["onnxruntime", "False", "False"], out.stdout + out.stderr

@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -56,11 +57,34 @@ class ModelLoadError(Exception):
     """A model (instance) cannot be created; the message says why and what to do."""
 
 
+_ORT_DISTRIBUTIONS = ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml")
+
+
+def _several_onnxruntime_dist_infos() -> bool:
+    """Whether the import path holds the `.dist-info` folders of more than one ONNX Runtime
+    distribution (`{name}-{version}.dist-info`, the name with `_` for `-`): one listing of each
+    folder, no import. Only then is importlib.metadata asked which (its imports cost ~12 ms, a
+    twentieth of a Lambda init)."""
+    wanted = {name.replace("-", "_") for name in _ORT_DISTRIBUTIONS}
+    seen = set()
+    for folder in sys.path:
+        try:
+            names = os.listdir(folder or ".")
+        except OSError:  # a zip file, a folder that went away
+            continue
+        for name in names:
+            if name.startswith("onnxruntime") and name.endswith(".dist-info"):
+                project = name[: -len(".dist-info")].rsplit("-", 1)[0].replace("-", "_").replace(".", "_").lower()
+                if project in wanted:
+                    seen.add(project)
+    return len(seen) > 1
+
+
 def _installed_onnxruntime_distributions() -> list[str]:
     from importlib import metadata
 
     found = []
-    for name in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-openvino", "onnxruntime-directml"):
+    for name in _ORT_DISTRIBUTIONS:
         try:
             metadata.distribution(name)
         except metadata.PackageNotFoundError:
@@ -70,7 +94,7 @@ def _installed_onnxruntime_distributions() -> list[str]:
 
 
 def _ort():
-    distributions = _installed_onnxruntime_distributions()
+    distributions = _installed_onnxruntime_distributions() if _several_onnxruntime_dist_infos() else []
     if len(distributions) > 1:
         # They install the same `onnxruntime` module over each other: which one loads is an accident.
         raise ModelLoadError(
