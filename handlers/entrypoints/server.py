@@ -26,8 +26,7 @@ from typing import Any
 
 import uvicorn
 
-from .. import metrics, workers
-from ..app import create_app
+from .. import limits, metrics, workers  # limits: TOOLKIT_MAX_* read (a bad value refused) before any model loads
 from ..errors import InferenceError
 from ..protocol import frontends
 from ..protocol.codec import encode_error
@@ -205,6 +204,12 @@ class _Runner:
         self.grpc_port = grpc_port or 0
         return sockets
 
+    def _http_app(self) -> Any:
+        """The runtime's FastAPI app (handlers.app: imported on first use, see `run`)."""
+        from ..app import create_app
+
+        return create_app(self.repository)
+
     def _uvicorn(self, app: Any, sock: socket.socket) -> _Server:
         config = uvicorn.Config(
             app,
@@ -237,15 +242,20 @@ class _Runner:
                     sock.close()
                 return 1
             self.listeners.append(Listener("gRPC", self.host, bound))
+        # The models load from here on, while the HTTP app is made: FastAPI's imports (~170 ms of
+        # Python, imported here and not before) overlap the loading, most of which (an ONNX Runtime
+        # session's graph optimisation, a warmup's inference) runs without the GIL.
+        loader = threading.Thread(target=self._load, args=(loop,), name="model-loader", daemon=True)
+        loader.start()
         frontend = self.frontend
         for kind, sock in sockets.items():
+            app = self._http_app() if kind == "HTTP" else _metrics_app(self.repository)
             if kind == "HTTP" and frontend == "native":
                 from ..protocol.httpnative.server import NativeHttpServer
 
-                server: Any = NativeHttpServer(create_app(self.repository), graceful_seconds=self.graceful_seconds)
+                server: Any = NativeHttpServer(app, graceful_seconds=self.graceful_seconds)
             else:
-                server = self._uvicorn(create_app(self.repository) if kind == "HTTP" else _metrics_app(self.repository),
-                                       sock)
+                server = self._uvicorn(app, sock)
             self.http.append(server)
             tasks.append(asyncio.ensure_future(server.serve(sockets=[sock])))
             self.listeners.append(Listener(kind, self.host, sock.getsockname()[1]))
@@ -257,13 +267,13 @@ class _Runner:
             log.info("listening: %s", listener)
         if "HTTP" in sockets:
             log.info("HTTP front end: %s", frontend)
+        log.info("request limits: %d bytes a request, %d elements a tensor (TOOLKIT_MAX_REQUEST_BYTES, "
+                 "TOOLKIT_MAX_TENSOR_ELEMENTS)", limits.LIMITS.max_request_bytes, limits.LIMITS.max_tensor_elements)
 
         handled = (signal.SIGINT, signal.SIGTERM)
         if threading.current_thread() is threading.main_thread():
             for sig in handled:
                 loop.add_signal_handler(sig, self.stopping.set)
-        loader = threading.Thread(target=self._load, args=(loop,), name="model-loader", daemon=True)
-        loader.start()
         try:
             await self.stopping.wait()
             log.info("shutting down: draining requests in flight (up to %.0f s)", self.graceful_seconds)
