@@ -2,8 +2,9 @@
 uvicorn: `http_frontend`), gRPC (the native front end where built, else grpcio's asyncio server)
 and a metrics port (uvicorn), like tritonserver's 8000 / 8001 / 8002. Each one is optional.
 
-Listen at once, load models in the background, drain on SIGTERM: `/v2/health/live` (gRPC
-ServerLive) answers as soon as the sockets are open; `/v2/health/ready` turns 200 (gRPC health
+Load models in the background from the start (the HTTP app, FastAPI's imports and routes, is made
+while they load), listen at once, drain on SIGTERM: `/v2/health/live` (gRPC ServerLive) answers
+as soon as the sockets are open; `/v2/health/ready` turns 200 (gRPC health
 SERVING) when every model is loaded (the Cloud Run startup probe). On SIGTERM/SIGINT the listeners
 stop accepting: HTTP waits for in-flight requests, gRPC finishes what its calls and streams
 received (up to `graceful_seconds`); the batchers then drain and stop.
