@@ -184,3 +184,52 @@ def test_warmup_inputs_the_model_does_not_have_are_ignored(tmp_path):
     with serve(repo, "--device", "cpu") as server:
         stats = json.loads(_status(f"{server.http}/v2/models/add_sub/stats")[1])["model_stats"][0]
         assert stats["inference_count"] == 2 * 2  # two instances warmed with two batch-1 requests each
+
+
+LOAD_ORDER_SCRIPT = r"""
+import json, os, signal, sys, threading
+from pathlib import Path
+from handlers.entrypoints import server
+imported_at_start = "fastapi" in sys.modules
+from handlers.manifest import Manifest
+from handlers.model_repository import ModelRepository
+loading, seen = threading.Event(), {}
+load, http_app = server._Runner._load, server._Runner._http_app
+def probe_load(self, loop):
+    loading.set()
+    return load(self, loop)
+def probe_app(self):
+    seen["loading_before_app"] = loading.wait(10)  # the old order (app, then loader) would wait out the 10 s
+    return http_app(self)
+server._Runner._load, server._Runner._http_app = probe_load, probe_app
+repository = ModelRepository(Manifest.load(Path(sys.argv[1]), Path(sys.argv[3])))
+def listening(listeners):
+    def stop():
+        while not repository.ready or signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # ready, and draining on SIGTERM
+            threading.Event().wait(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=stop, daemon=True).start()
+code = server.serve(repository, "127.0.0.1", int(sys.argv[2]), on_listening=listening, log_level="warning")
+print(json.dumps({"imported_at_start": imported_at_start, **seen, "code": code}))
+"""
+
+
+def test_models_start_loading_before_the_http_app_is_made(slow_repo, tmp_path):
+    """Start-up order (docs/cold-start.md): importing the server module imports no FastAPI, and the
+    model loader runs before the HTTP app is made, so FastAPI's ~170 ms of imports overlap the
+    loading; the server then serves, gets ready and stops as before."""
+    import os
+    import subprocess
+    import sys
+
+    from serving import free_port
+    from toolkit.repository.compile import compile_repository
+
+    manifest = tmp_path / "models.json"
+    compile_repository(slow_repo, None, "cpu").write_manifest(manifest)
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", LOAD_ORDER_SCRIPT, str(manifest), str(free_port()), str(slow_repo)], cwd=root,
+                         env={**os.environ, "TOOLKIT_LOG_LEVEL": "warning"}, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"imported_at_start": False, "loading_before_app": True, "code": 0}
