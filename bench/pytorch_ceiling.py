@@ -184,8 +184,9 @@ def _run(args: argparse.Namespace, work: Path) -> None:
         "cpus": os.cpu_count(),
         "load_at_start": args.load_at_start,
         "load_at_end": os.getloadavg()[0],
-        "model": (f"{MODEL}: TorchScript CNN" if args.model == "text_cnn" else f"{MODEL} (its name in the repository): the guide's STRModel at full "
-                  "size, torch.jit.trace") + f", FP32 [1,32,100] -> [26,37], max_batch_size 8, {INSTANCES} instances",
+        "model": (f"{MODEL}: TorchScript CNN" if args.model == "text_cnn" else
+                  f"{MODEL} (its name in the repository): the guide's STRModel at full size, torch.jit.trace")
+        + f", FP32 [1,32,100] -> [26,37], max_batch_size 8, {INSTANCES} instances",
         "target": TARGET,
         "repeats": args.repeats,
         "variants": {},

@@ -164,11 +164,11 @@ if _gpu is not None:
 class _Collected:
     """Metrics already collected, in the shape generate_latest reads."""
 
-    def __init__(self, metrics: list[Metric]) -> None:
-        self.metrics = metrics
+    def __init__(self, collected: list[Metric]) -> None:
+        self.collected = collected
 
     def collect(self) -> Iterator[Metric]:
-        return iter(self.metrics)
+        return iter(self.collected)
 
 
 _UNTYPED = re.compile(rb"^# TYPE (\S+) untyped$", re.M)
@@ -182,5 +182,5 @@ def text(registry: CollectorRegistry = REGISTRY) -> bytes:
 def render(collected: list[Metric]) -> bytes:
     """The Prometheus text of collected metrics (`text`; handlers/workers sums workers' first)."""
     counters = {m.name.encode() for m in collected if isinstance(m, CounterMetric)}
-    text = generate_latest(_Collected(collected))
-    return _UNTYPED.sub(lambda m: b"# TYPE " + m[1] + b" counter" if m[1] in counters else m[0], text)
+    body = generate_latest(_Collected(collected))
+    return _UNTYPED.sub(lambda m: b"# TYPE " + m[1] + b" counter" if m[1] in counters else m[0], body)

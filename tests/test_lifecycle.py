@@ -205,7 +205,8 @@ server._Runner._load, server._Runner._http_app = probe_load, probe_app
 repository = ModelRepository(Manifest.load(Path(sys.argv[1]), Path(sys.argv[3])))
 def listening(listeners):
     def stop():
-        while not repository.ready or signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # ready, and draining on SIGTERM
+        # ready, and the server's SIGTERM handler in place
+        while not repository.ready() or signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
             threading.Event().wait(0.05)
         os.kill(os.getpid(), signal.SIGTERM)
     threading.Thread(target=stop, daemon=True).start()
@@ -228,8 +229,9 @@ def test_models_start_loading_before_the_http_app_is_made(slow_repo, tmp_path):
     manifest = tmp_path / "models.json"
     compile_repository(slow_repo, None, "cpu").write_manifest(manifest)
     root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([sys.executable, "-c", LOAD_ORDER_SCRIPT, str(manifest), str(free_port()), str(slow_repo)], cwd=root,
-                         env={**os.environ, "TOOLKIT_LOG_LEVEL": "warning"}, capture_output=True, text=True, timeout=180)
+    out = subprocess.run([sys.executable, "-c", LOAD_ORDER_SCRIPT, str(manifest), str(free_port()), str(slow_repo)],
+                         cwd=root, env={**os.environ, "TOOLKIT_LOG_LEVEL": "warning"}, capture_output=True, text=True,
+                         timeout=180)
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen == {"imported_at_start": False, "loading_before_app": True, "code": 0}

@@ -4,8 +4,8 @@ and a metrics port (uvicorn), like tritonserver's 8000 / 8001 / 8002. Each one i
 
 Load models in the background from the start (the HTTP app, FastAPI's imports and routes, is made
 while they load), listen at once, drain on SIGTERM: `/v2/health/live` (gRPC ServerLive) answers
-as soon as the sockets are open; `/v2/health/ready` turns 200 (gRPC health
-SERVING) when every model is loaded (the Cloud Run startup probe). On SIGTERM/SIGINT the listeners
+as soon as the sockets are open; `/v2/health/ready` turns 200 (gRPC health SERVING) when every
+model is loaded (the Cloud Run startup probe). On SIGTERM/SIGINT the listeners
 stop accepting: HTTP waits for in-flight requests, gRPC finishes what its calls and streams
 received (up to `graceful_seconds`); the batchers then drain and stop.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import uvicorn
 
-from .. import limits, metrics, workers  # limits: TOOLKIT_MAX_* read (a bad value refused) before any model loads
+from .. import limits, metrics, workers  # limits: TOOLKIT_MAX_* read, a bad value refused, before loading
 from ..errors import InferenceError
 from ..protocol import frontends
 from ..protocol.codec import encode_error

@@ -27,7 +27,6 @@ from collections.abc import Iterable
 from typing import Any
 
 
-
 async def server_ready(repository: Any) -> bool:
     """The server's readiness: this process's models, and every other worker's."""
     if not repository.ready():
