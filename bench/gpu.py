@@ -1,12 +1,15 @@
 """The GPU proof: the OCR sample and the guide's text_recognition served on an NVIDIA GPU through
-ONNX Runtime's CUDA and TensorRT execution providers, checked against the CPU. One command
-(scripts/gpu-check.sh installs the `[gpu]` extra into its own venv and runs this with it):
+ONNX Runtime's CUDA and TensorRT execution providers, and the same text_recognition as TorchScript
+through the pytorch_libtorch backend on KIND_GPU, each checked against the CPU. One command
+(scripts/gpu-check.sh installs the `[gpu]` extra and torch's CUDA build into its own venv and
+runs this with it):
 
     scripts/gpu-check.sh                  # on a machine with an NVIDIA GPU and PyPI
     scripts/gpu-check.sh --check          # anywhere: everything up to the GPU, then what it would do
-    python bench/gpu.py [--check] [--models text_recognition,ocr] [--window 10] [--out bench/results]
+    python bench/gpu.py [--check] [--models text_recognition,ocr,text_recognition_torch] [--window 10]
+                        [--out bench/results]
 
-For each model set and each mode, `toolkit serve` is started as users start it:
+For each model set and each of its modes, `toolkit serve` is started as users start it:
 
 - `cpu`: the configs compiled for `--device cpu` (KIND_CPU instances): the reference.
 - `cuda`: `--device gpu`, KIND_GPU instances on the CUDA execution provider.
@@ -14,6 +17,11 @@ For each model set and each mode, `toolkit serve` is started as users start it:
   execution accelerator, precision_mode FP16, max_workspace_size_bytes 1 GiB), the engine cache on
   disk (TOOLKIT_TRT_CACHE_DIR): started once with an empty cache (`tensorrt cold`: the engines are
   built) and once more with the cache the first start wrote (`tensorrt warm`).
+
+The TorchScript set (`text_recognition_torch`) has the `cpu` and `cuda` modes only: Triton's
+pytorch_libtorch backend has no TensorRT accelerator. Its `cuda` mode places the two KIND_GPU
+instances on cuda:0 (torch's CUDA build, the CUDA 12 line's: torch==2.13.0+cu128, as the GPU
+images carry it, toolkit/build/runtime_deps.py).
 
 and measured for: cold start (process start to /v2/health/ready, then the first inference, where
 TensorRT builds engines for shapes it has not seen), outputs against the CPU's on the same inputs
@@ -25,7 +33,10 @@ command, batch 2 at concurrency 16; OCR one image per request at concurrency 4).
 Models: `text_recognition`, the guide's STRModel at full width (exported with torch when torch is
 installed, else the same layout built with onnx.helper, bench/perf_models.py at width 1.0; random
 weights) with the guide's config.pbtxt (dynamic_batching { }, 2 instances, KIND_GPU); `ocr`, the
-OCR sample (samples/ocr, prepared by samples/ocr/prepare.py: trained PP-OCRv6 weights).
+OCR sample (samples/ocr, prepared by samples/ocr/prepare.py: trained PP-OCRv6 weights);
+`text_recognition_torch`, the same STRModel saved with torch.jit.trace as a user saves it for
+Triton, served as `text_recognition` with the guide's config on `platform: "pytorch_libtorch"`
+(INPUT__0 / OUTPUT__0; bench/str_model.py).
 
 Without a usable GPU it runs the CPU mode, compiles the GPU repositories as `toolkit validate
 --device gpu` would, prints what it found missing and exactly what it would run, and exits 2 (0
@@ -62,8 +73,12 @@ from servers import free_port, ready  # noqa: E402
 
 TEXT = "text_recognition"
 OCR = "ocr"
+TORCH = "text_recognition_torch"  # the model set; the model it serves is named text_recognition
+SETS = (TEXT, OCR, TORCH)
 MODES = ("cpu", "cuda", "tensorrt cold", "tensorrt warm")
-GPU_MODES = MODES[1:]
+SET_MODES = {TEXT: MODES, OCR: MODES, TORCH: MODES[:2]}
+SERVED = {TEXT: TEXT, OCR: OCR, TORCH: TEXT}  # the model each set's requests go to
+TENSORS = {TEXT: (str_model.INPUT_NAME, str_model.OUTPUT_NAME), TORCH: ("INPUT__0", "OUTPUT__0")}
 
 
 # The seeds' optimization block (002: ONNX Runtime accelerators), verbatim.
@@ -123,6 +138,8 @@ class Environment:
     providers: list[str] = field(default_factory=list)
     cuda_session: str = ""  # "ok" or why a CUDA session could not run
     tensorrt_libraries: str = ""  # where libnvinfer.so.10 was found, or why not
+    torch: str = ""  # "2.13.0+cu128 (CUDA 12.8)", or "not installed"
+    torch_cuda: str = ""  # "ok" or why a convolution could not run on cuda:0
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -138,14 +155,64 @@ class Environment:
         return self.cuda_ready and "TensorrtExecutionProvider" in self.providers and \
             self.tensorrt_libraries.startswith("/")
 
+    @property
+    def torch_ready(self) -> bool:
+        return bool(self.gpus) and self.torch_cuda == "ok"
+
+    @property
+    def usable(self) -> bool:
+        """A GPU mode can run here (ONNX Runtime's CUDA provider or torch's CUDA build)."""
+        return self.cuda_ready or self.torch_ready
+
+    def why_not(self, model: str, mode: str) -> str:
+        """Why the set's GPU mode cannot run here ("" when it can)."""
+        if model == TORCH:
+            return "" if self.torch_ready else f"torch's CUDA build is not usable here ({self.torch_cuda})"
+        if mode == "cuda":
+            return "" if self.cuda_ready else "ONNX Runtime's CUDA provider is not usable here"
+        return "" if self.tensorrt_ready else "TensorRT is not usable here"
+
 
 def _probe(code: str, env: dict[str, str], timeout: float = 120) -> tuple[int, str]:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
     return out.returncode, (out.stdout + out.stderr).strip()
 
 
-def detect(work: Path) -> Environment:
-    """What this machine has for the GPU modes (every check runs, each failure is a problem)."""
+# torch's version, its CUDA build and, where torch sees a GPU, a convolution run on cuda:0.
+TORCH_PROBE = """
+import json, torch
+found = [torch.__version__, torch.version.cuda, torch.cuda.is_available() and torch.cuda.device_count()]
+if found[2]:
+    x = torch.ones(1, 1, 8, 8, device="cuda:0")
+    found.append(float(torch.nn.functional.conv2d(x, torch.ones(1, 1, 3, 3, device="cuda:0")).sum().cpu()))
+print(json.dumps(found))
+"""
+
+
+def torch_status(env: dict[str, str], gpus: bool) -> tuple[str, str, list[str]]:
+    """(torch's version and CUDA build, "ok" or why its cuda mode cannot run, the problems)."""
+    code, text = _probe(TORCH_PROBE, env)
+    if code != 0:
+        missing = "No module named 'torch'" in text
+        why = "torch is not installed" if missing else f"torch does not import: {text[-300:]}"
+        return ("not installed" if missing else "broken"), why, [
+            f"{why}: the {TORCH} set needs torch's CUDA build (scripts/gpu-check.sh installs it from PyTorch's index)"]
+    version, cuda, devices, *result = json.loads(text.splitlines()[-1])
+    described = f"{version} ({'CUDA ' + cuda if cuda else 'a CPU build'})"
+    if cuda is None:
+        why = f"torch {version} is a CPU build"
+    elif not devices:
+        why = f"torch {described} sees no CUDA device" + ("" if gpus else " (no GPU here)")
+    elif result != [36.0 * 9]:
+        why = f"a convolution on cuda:0 gave {result}, not {36.0 * 9}"
+    else:
+        return described, "ok", []
+    return described, why, [f"{why}: the {TORCH} set's cuda mode needs torch's CUDA build and a GPU it can use"]
+
+
+def detect(work: Path, torch: bool = True) -> Environment:
+    """What this machine has for the GPU modes (every check runs, each failure is a problem);
+    torch's only when a TorchScript set is asked for."""
     found = Environment()
     smi = shutil.which("nvidia-smi")
     if smi is None:
@@ -195,6 +262,9 @@ def detect(work: Path) -> Environment:
         found.tensorrt_libraries = "libnvinfer.so.10 / libnvonnxparser.so.10 not loadable"
         found.problems.append("TensorRT 10 libraries (libnvinfer.so.10, libnvonnxparser.so.10: the tensorrt-cu12-libs "
                               "wheel) are not on the library path: the tensorrt mode needs them")
+    if torch:
+        found.torch, found.torch_cuda, problems = torch_status(env, bool(found.gpus))
+        found.problems += problems
     return found
 
 
@@ -230,6 +300,22 @@ def text_repository(root: Path, mode: str, onnx: Path) -> Path:
     (repo / TEXT / "1" / "model.onnx").symlink_to(onnx)
     config = str_model.guide_config("KIND_CPU" if mode == "cpu" else "KIND_GPU")
     (repo / TEXT / "config.pbtxt").write_text(config + (TRT_OPTIMIZATION if mode.startswith("tensorrt") else ""))
+    return repo
+
+
+def text_recognition_torchscript(path: Path, width: float = 1.0) -> Path:
+    """The guide's STRModel saved with torch.jit.trace (needs torch); `width` < 1: a quick check."""
+    return str_model.save_torchscript(path, max(16, round(str_model.OUTPUT_CHANNELS * width)))
+
+
+def torch_repository(root: Path, mode: str, model_file: Path) -> Path:
+    """The guide's config for pytorch_libtorch: KIND_CPU for cpu, KIND_GPU (cuda:0) for cuda."""
+    repo = root / f"{TORCH}-{mode}"
+    if repo.exists():
+        return repo
+    (repo / TEXT / "1").mkdir(parents=True)
+    (repo / TEXT / "1" / "model.pt").symlink_to(model_file)
+    (repo / TEXT / "config.pbtxt").write_text(str_model.torchscript_config("KIND_CPU" if mode == "cpu" else "KIND_GPU"))
     return repo
 
 
@@ -313,14 +399,16 @@ def _text_inputs() -> np.ndarray:
     return np.random.default_rng(0).random((4, 1, 32, 100), dtype=np.float32)
 
 
-def text_outputs(url: str) -> np.ndarray:
+def text_outputs(url: str, model: str = TEXT) -> np.ndarray:
+    """text_recognition's logits for the same four rows (`model`: the set, for its tensor names)."""
     import tritonclient.http as httpclient
 
     data = _text_inputs()
+    source, result = TENSORS[model]
     with httpclient.InferenceServerClient(url, network_timeout=1800, connection_timeout=1800) as client:
-        tensor = httpclient.InferInput("input.1", list(data.shape), "FP32")
+        tensor = httpclient.InferInput(source, list(data.shape), "FP32")
         tensor.set_data_from_numpy(data, binary_data=True)
-        return client.infer(TEXT, [tensor]).as_numpy("308")
+        return client.infer(SERVED[model], [tensor]).as_numpy(result)
 
 
 def ocr_outputs(url: str) -> list[tuple[str, float, list[int]]]:
@@ -354,9 +442,9 @@ def compare_ocr(reference: list, found: list, mode: str) -> dict[str, Any]:
 def _body(model: str, batch: int) -> tuple[bytes, dict[str, str]]:
     import tritonclient.http as httpclient
 
-    if model == TEXT:
+    if model in TENSORS:
         data = np.random.default_rng(1).random((batch, 1, 32, 100), dtype=np.float32)
-        tensor = httpclient.InferInput("input.1", list(data.shape), "FP32")
+        tensor = httpclient.InferInput(TENSORS[model][0], list(data.shape), "FP32")
         tensor.set_data_from_numpy(data, binary_data=True)
     else:
         sys.path.insert(0, str(ROOT / "samples" / "ocr"))
@@ -371,7 +459,7 @@ def _body(model: str, batch: int) -> tuple[bytes, dict[str, str]]:
     return bytes(body), headers
 
 
-LOAD = {TEXT: (2, 16), OCR: (1, 4)}  # (batch of a request, concurrency)
+LOAD = {TEXT: (2, 16), TORCH: (2, 16), OCR: (1, 4)}  # (batch of a request, concurrency)
 
 
 def throughput(url: str, model: str, window_s: float, concurrency: int | None = None) -> dict[str, Any]:
@@ -379,7 +467,7 @@ def throughput(url: str, model: str, window_s: float, concurrency: int | None = 
 
     batch, concurrency = LOAD[model][0], concurrency or LOAD[model][1]
     body, headers = _body(model, batch)
-    level = load.measure(f"http://{url}", model, body, headers, batch, concurrency, warmup_s=min(5.0, window_s / 2),
+    level = load.measure(f"http://{url}", SERVED[model], body, headers, batch, concurrency, warmup_s=min(5.0, window_s / 2),
                          window_s=window_s, timeout_s=1800)
     return {"concurrency": concurrency, "batch": batch, "throughput": level.throughput, "p50_ms": level.p50_ms,
             "p95_ms": level.p95_ms, "avg_batch": level.batch_size, "requests": level.requests}
@@ -392,11 +480,11 @@ def run_mode(model: str, repo: Path, mode: str, work: Path, env: dict[str, str],
     with Served(repo, mode, work / f"serve-{model}-{mode.replace(' ', '-')}.log", env) as server:
         result["ready_s"] = server.seconds
         started = time.perf_counter()
-        outputs = text_outputs(server.url) if model == TEXT else ocr_outputs(server.url)
+        outputs = text_outputs(server.url, model) if model in TENSORS else ocr_outputs(server.url)
         result["first_inference_s"] = time.perf_counter() - started
         result["cold_start_s"] = result["ready_s"] + result["first_inference_s"]
         if mode != "cpu":
-            result["check"] = compare_text(reference, outputs, mode) if model == TEXT else \
+            result["check"] = compare_text(reference, outputs, mode) if model in TENSORS else \
                 compare_ocr(reference, outputs, mode)
         result["load"] = throughput(server.url, model, window_s, concurrency)
         plan = [line.split(": ", 1)[-1] for line in server.log.read_text(errors="replace").splitlines()
@@ -416,9 +504,10 @@ def plan_lines(models: list[str], work: Path) -> list[str]:
     lines = []
     cache = work / "trt-cache"
     for model in models:
-        for mode in GPU_MODES:
+        for mode in SET_MODES[model][1:]:
             repo = work / "repos" / f"{model}-{mode.split()[0]}"
-            how = {"cuda": "KIND_GPU on the CUDA provider",
+            how = {"cuda": "KIND_GPU instances of pytorch_libtorch on cuda:0, torch's CUDA build" if model == TORCH
+                   else "KIND_GPU on the CUDA provider",
                    "tensorrt cold": f"the seeds' tensorrt FP16 accelerator, TOOLKIT_TRT_CACHE_DIR={cache} emptied first",
                    "tensorrt warm": f"the same with the engines the cold start wrote to {cache}"}[mode]
             lines.append(f"{model} [{mode}]: toolkit serve {repo} --device gpu ({how}); time to ready and to the "
@@ -461,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="run what needs no GPU (the CPU mode, the GPU repositories compiled), report what is "
                              "missing for the GPU modes and what they would run; exit 0 when that all works")
-    parser.add_argument("--models", default=f"{TEXT},{OCR}")
+    parser.add_argument("--models", default=",".join(SETS), help=f"model sets (default: {','.join(SETS)})")
     parser.add_argument("--window", type=float, default=10.0, help="seconds of load per measurement")
     parser.add_argument("--concurrency", type=int, help="requests in flight (default: text_recognition 16, ocr 4)")
     parser.add_argument("--width", type=float, default=1.0,
@@ -471,16 +560,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = set(models) - {TEXT, OCR}
+    unknown = set(models) - set(SETS)
     if unknown:
-        parser.error(f"unknown model(s) {', '.join(sorted(unknown))}: choose {TEXT}, {OCR}")
+        parser.error(f"unknown model(s) {', '.join(sorted(unknown))}: choose from {', '.join(SETS)}")
     work = args.work or Path(tempfile.mkdtemp(prefix="toolkit-gpu-"))
     work.mkdir(parents=True, exist_ok=True)
     _log(f"work folder {work}")
 
-    found = detect(work)
+    found = detect(work, torch=TORCH in models)
     _log(f"GPUs: {'; '.join(found.gpus) or 'none'}; {found.distribution or 'onnxruntime'} {found.onnxruntime}, "
-         f"providers {', '.join(found.providers) or 'none'}; TensorRT libraries: {found.tensorrt_libraries}")
+         f"providers {', '.join(found.providers) or 'none'}; TensorRT libraries: {found.tensorrt_libraries}"
+         + (f"; torch {found.torch}" if TORCH in models else ""))
     trt_cache = work / "trt-cache"
     env = server_environment({"TOOLKIT_TRT_CACHE_DIR": str(trt_cache)})
 
@@ -489,10 +579,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["bench/gpu.py", *(argv if argv is not None else sys.argv[1:])]),
         "setup": {"GPUs": "; ".join(found.gpus) or "none", "onnxruntime": f"{found.distribution} {found.onnxruntime}",
                   "providers": ", ".join(found.providers), "TensorRT libraries": found.tensorrt_libraries,
+                  **({"torch": found.torch} if TORCH in models else {}),
                   "load": "toolkit/tune/load.py closed loop, tritonclient-encoded binary requests; "
                           f"{args.window:g} s windows",
                   "tolerance": "text_recognition: |gpu - cpu| <= t x max(1, max |cpu|), t = 1e-2 (CUDA, TF32 convs) "
-                               "or 5e-2 (TensorRT FP16), and argmax agreement >= 0.99 / 0.95; OCR: same lines, "
+                               "or 5e-2 (TensorRT FP16), and argmax agreement >= 0.99 / 0.95 (the TorchScript "
+                               "set as CUDA); OCR: same lines, "
                                "scores within 0.05, boxes within 4 px"},
         "models": {},
     }
@@ -510,8 +602,22 @@ def main(argv: list[str] | None = None) -> int:
         sets[OCR] = (lambda mode: ocr_repository(repos, mode),
                      "samples/ocr (PP-OCRv6 small detection + recognition, trained weights; Python pre/post-processing; "
                      "the `ocr` ensemble), one rendered image of two lines per request at concurrency 4.")
+    if TORCH in models:
+        try:
+            model_file = text_recognition_torchscript(work / "models" / "text_recognition.pt", args.width)
+        except ImportError as exc:
+            failures.append(f"{TORCH}: {exc}: its model is made by torch (scripts/gpu-check.sh installs torch)")
+        else:
+            sets[TORCH] = (lambda mode, model_file=model_file: torch_repository(repos, mode, model_file),
+                           f"the guide's STRModel saved with torch.jit.trace (bench/str_model.py), "
+                           f"{model_file.stat().st_size / 1e6:.0f} MB, random weights; served by the pytorch_libtorch "
+                           "backend with the guide's config (platform pytorch_libtorch, INPUT__0 / OUTPUT__0; "
+                           "dynamic_batching { }, 2 instances; KIND_CPU for the cpu mode, KIND_GPU on cuda:0 for cuda; "
+                           "no tensorrt mode: the backend has no TensorRT accelerator). Requests of batch 2 at "
+                           "concurrency 16.")
     for model, (make_repo, description) in sets.items():
-        for mode in MODES:
+        modes = SET_MODES[model]
+        for mode in modes:
             problems = compile_check(make_repo(mode), mode)
             if problems:
                 failures.append(f"{model} [{mode}] does not compile: {'; '.join(problems)}")
@@ -523,11 +629,12 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # the server, the client or the load: reported, the rest goes on
             failures.append(f"{model} [cpu]: {type(exc).__name__}: {exc}")
             continue
-        if not found.cuda_ready:
+        if not found.usable:
             continue
-        for mode in GPU_MODES:
-            if mode.startswith("tensorrt") and not found.tensorrt_ready:
-                failures.append(f"{model} [{mode}] skipped: TensorRT is not usable here")
+        for mode in modes[1:]:
+            why = found.why_not(model, mode)
+            if why:
+                failures.append(f"{model} [{mode}] skipped: {why}")
                 continue
             if mode == "tensorrt cold":
                 shutil.rmtree(trt_cache, ignore_errors=True)
@@ -540,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             if not entry["modes"][mode]["check"]["ok"]:
                 failures.append(f"{model} [{mode}]: outputs differ from the cpu's: {entry['modes'][mode]['check']}")
 
-    if not found.cuda_ready:
+    if not found.usable:
         print("\nNo usable NVIDIA GPU here:")
         for problem in found.problems:
             print(f"  - {problem}")

@@ -17,11 +17,12 @@ Prints the median and every run; the numbers go in docs/cold-start.md.
 runs it) and starts the real awslambdaric with `handlers.entrypoints.aws_lambda.handler` over REPO
 compiled as an image compiles it, with AWS_LAMBDA_FUNCTION_MEMORY_SIZE 1,769 (one vCPU). Each run
 is a fresh RIE and runtime that gets one first event, an inference request (`infer`: REPO's
-first model with random data for its inputs, as `toolkit tune` makes its requests) or `GET /v2/health/ready` (`ready`); it reports
-`init` (INIT REPORT) and `first` (the first invocation's REPORT Duration, which under the RIE
-counts from the start of init: the time from the runtime's start to the first answer). `--source` runs the
-runtime from other trees too (e.g. a `git worktree` of an older commit), interleaved with this one,
-so that a change's effect is read from one run.
+first model with random data for its inputs, as `toolkit tune` makes its requests) or
+`GET /v2/health/ready` (`ready`); it reports `init` (INIT REPORT) and `first` (the first
+invocation's REPORT Duration, which under the RIE counts from the start of init: the time from
+the runtime's start to the first answer). `--source` runs the runtime from other trees too (e.g.
+a `git worktree` of an older commit), interleaved with this one, so that a change's effect is
+read from one run.
 """
 
 from __future__ import annotations

@@ -74,10 +74,7 @@ def build_model(path: Path, model: str = "text_cnn") -> Path:
     if model == "str":
         import str_model
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with torch.no_grad():
-            torch.jit.trace(str_model.build(), torch.randn(1, 1, 32, 100)).save(str(path))
-        return path
+        return str_model.save_torchscript(path)
 
     class TextCNN(torch.nn.Module):
         def __init__(self) -> None:

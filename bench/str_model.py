@@ -137,6 +137,26 @@ def export(path: Path, output_channels: int = OUTPUT_CHANNELS) -> Path:
     return path
 
 
+def save_torchscript(path: Path, output_channels: int = OUTPUT_CHANNELS) -> Path:
+    """The same network saved for pytorch_libtorch as a user saves it: torch.jit.trace with a
+    [1, 1, 32, 100] input (TorchScript keeps the batch dimension free), then `.save`."""
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.trace: what Triton's users save
+        torch.jit.trace(build(output_channels), torch.randn(1, 1, 32, 100)).save(str(path))
+    return path
+
+
+def torchscript_config(kind: str = "KIND_GPU", count: int = 2) -> str:
+    """The guide's config for the TorchScript model: platform pytorch_libtorch and the backend's
+    INPUT__0 / OUTPUT__0 names, everything else as guide_config(kind, count)."""
+    return guide_config(kind, count).replace('backend: "onnxruntime"', 'platform: "pytorch_libtorch"').replace(
+        f'"{INPUT_NAME}"', '"INPUT__0"').replace(f'"{OUTPUT_NAME}"', '"OUTPUT__0"')
+
+
 if __name__ == "__main__":
     import sys
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU proof in one command: installs the [gpu] extra into its own venv (.venv-gpu, never the
 # CPU .venv: onnxruntime and onnxruntime-gpu must not meet) with the CUDA 12 libraries and the
-# TensorRT 10 libraries onnxruntime-gpu's providers load, then runs bench/gpu.py: the OCR sample
-# and the guide's text_recognition on the CUDA and TensorRT (FP16) providers, against the CPU.
+# TensorRT 10 libraries onnxruntime-gpu's providers load, and torch's CUDA 12 build, then runs
+# bench/gpu.py: the OCR sample and the guide's text_recognition on the CUDA and TensorRT (FP16)
+# providers, and text_recognition as TorchScript on KIND_GPU (pytorch_libtorch), against the CPU.
 #
 #   scripts/gpu-check.sh [bench/gpu.py options]       # install from PyPI, run, write bench/results/
 #   scripts/gpu-check.sh --check                       # without a GPU too: the CPU part, then the plan
@@ -12,8 +13,9 @@
 #
 # A GPU machine without network access: run `--prepare DIR` on a machine with PyPI (same CPU
 # architecture; the wheels are for this interpreter's Python, or PYTHON=python3.X), copy DIR
-# there (about 3.5 GB: onnxruntime-gpu ~0.3, cuDNN + cuBLAS + cuFFT ~1.3, tensorrt-cu12-libs ~2),
-# then `--offline DIR`. The wheelhouse is too large to travel with a repository copy.
+# there (about 3.5 GB: onnxruntime-gpu ~0.3, cuDNN + cuBLAS + cuFFT ~1.3, tensorrt-cu12-libs ~2;
+# torch's CUDA build and the CUDA libraries only it needs come on top), then `--offline DIR`. The
+# wheelhouse is too large to travel with a repository copy.
 #
 # Versions: onnxruntime-gpu and the CUDA 12 libraries are those of the GPU images (the CUDA 12
 # line of toolkit/build/runtime_deps.py: onnxruntime-gpu 1.26.0, the last CUDA 12 release);
@@ -23,6 +25,10 @@
 # reached the TensorRT libraries are left out (a warning) and bench/gpu.py reports the tensorrt
 # modes as not runnable; --prepare builds the real wheel (`pip wheel`) so that --offline needs no
 # network. bench/gpu.py puts the wheels' library folders on LD_LIBRARY_PATH for its servers.
+# torch is the GPU images' own: the CUDA 12 line's build (torch_requirement in runtime_deps.py,
+# torch==<version>+cu128 from PyTorch's index, or TOOLKIT_TORCH_INDEX_URL); installed after the
+# rest, within the CUDA libraries' ranges, and where it cannot be the TorchScript set is reported
+# as not runnable.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -51,25 +57,36 @@ module = importlib.util.module_from_spec(spec)
 sys.modules["runtime_deps"] = module
 spec.loader.exec_module(module)
 line = module.CUDA_LINES[module.DEFAULT_CUDA_MAJOR]
+torch = module.torch_requirement(line)
+print(torch.spec)
+print(torch.index_url or "")
 print(line.onnxruntime.spec)
 for library in line.libraries:
     print(library.spec)
 EOF
 )
-requirements=("${cuda_line[@]}" "pillow>=10.1")
+TORCH=${cuda_line[0]}
+torch_index=(); [ -z "${cuda_line[1]}" ] || torch_index=(--extra-index-url "${cuda_line[1]}")
+requirements=("${cuda_line[@]:2}" "pillow>=10.1")
 if [ "${1:-}" = "--print-requirements" ]; then
-  printf '%s\n' "$root[gpu,tune]" "${requirements[@]}" "$TENSORRT"
+  printf '%s\n' "$root[gpu,tune]" "${requirements[@]}" "$TENSORRT" "$TORCH"
+  [ ${#torch_index[@]} -eq 0 ] || echo "${torch_index[*]}"  # as a requirements file writes it
   exit 0
 fi
 no_tensorrt() {
   echo "warning: $TENSORRT could not be installed (its PyPI package is a stub that downloads from NVIDIA's" \
        "package index): the tensorrt modes will be reported as not runnable" >&2
 }
+no_torch() {
+  echo "warning: $TORCH could not be installed (${cuda_line[1]:-pip's configured index}): the TorchScript set" \
+       "(text_recognition_torch) will be reported as not runnable" >&2
+}
 
 if [ "$mode" = prepare ]; then
   echo "==> downloading the GPU venv's wheels into $wheelhouse"
   "$py" -m pip download -q -d "$wheelhouse" "setuptools>=77" wheel "$root[gpu,tune]" "${requirements[@]}"
   "$py" -m pip wheel -q --no-deps -w "$wheelhouse" "$TENSORRT" || no_tensorrt
+  "$py" -m pip download -q -d "$wheelhouse" "$TORCH" "${torch_index[@]}" || no_torch
   echo "==> the OCR sample's weights (rapidocr wheel) into $wheelhouse/ocr"
   "$py" samples/ocr/prepare.py --cache-dir "$wheelhouse/ocr" >/dev/null
   du -sh "$wheelhouse"
@@ -81,7 +98,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$py" -m venv "$venv"
 fi
 stamp="$venv/.toolkit-gpu-installed"
-want="$(printf '%s ' "${requirements[@]}") $(sha256sum pyproject.toml | cut -c1-16)"
+want="$(printf '%s ' "${requirements[@]}" "$TORCH") $(sha256sum pyproject.toml | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "==> installing the [gpu] extra into $venv"
   if [ "$mode" = offline ]; then
@@ -89,10 +106,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" --no-build-isolation \
       -e "$root[gpu,tune]" "${requirements[@]}"
     "$venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$TENSORRT" || no_tensorrt
+    "$venv/bin/python" -m pip install -q --no-index --find-links "$wheelhouse" "$TORCH" || no_torch
   else
     "$venv/bin/python" -m pip install -q --upgrade pip
     "$venv/bin/python" -m pip install -q -e "$root[gpu,tune]" "${requirements[@]}"
     "$venv/bin/python" -m pip install -q "$TENSORRT" || no_tensorrt
+    "$venv/bin/python" -m pip install -q "$TORCH" "${torch_index[@]}" || no_torch
   fi
   echo "$want" > "$stamp"
 fi

@@ -6,9 +6,11 @@ only on a machine with one (docs/performance.md, "The GPU proof")."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -91,4 +93,72 @@ def test_gpu_check_installs_the_cuda_12_line_and_tensorrt_10():
                          text=True, check=True, timeout=60).stdout.splitlines()
     assert out[0].endswith("[gpu,tune]")
     assert out[1:] == [CUDA_LINES[12].onnxruntime.spec, *(lib.spec for lib in CUDA_LINES[12].libraries),
-                       "pillow>=10.1", "tensorrt-cu12-libs>=10.14,<11"]
+                       "pillow>=10.1", "tensorrt-cu12-libs>=10.14,<11",
+                       "torch==2.13.0+cu128", "--extra-index-url https://download.pytorch.org/whl/cu128"]
+
+
+def test_gpu_check_installs_the_gpu_images_torch_from_the_configured_index():
+    """torch is the GPU images' build (runtime_deps.torch_requirement for the CUDA 12 line), from
+    TOOLKIT_TORCH_INDEX_URL where one is set; an empty value leaves the index to pip's settings."""
+    from toolkit.build.runtime_deps import CUDA_LINES, torch_requirement
+
+    def requirements(index: str | None) -> list[str]:
+        env = {k: v for k, v in os.environ.items() if k != "TOOLKIT_TORCH_INDEX_URL"}
+        if index is not None:
+            env["TOOLKIT_TORCH_INDEX_URL"] = index
+        return subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--print-requirements"], capture_output=True,
+                              text=True, check=True, timeout=60, env=env).stdout.splitlines()
+
+    assert requirements(None)[-2] == torch_requirement(CUDA_LINES[12]).spec
+    assert requirements("http://mirror.internal/simple")[-1] == "--extra-index-url http://mirror.internal/simple"
+    assert requirements("")[-1] == "torch==2.13.0+cu128"
+
+
+def test_the_torchscript_set_runs_on_cpu_and_plans_its_cuda_mode(tmp_path):
+    """The guide's STRModel traced by torch, served by pytorch_libtorch (x0.25 width: quick); its
+    KIND_GPU repository compiles for --device gpu; without a GPU the cuda mode is planned, and
+    torch's CPU build is named as what stands in the way."""
+    work = tmp_path / "work"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu.py"), "--check", "--models", "text_recognition_torch", "--width",
+         "0.25", "--window", "1", "--concurrency", "2", "--work", str(work), "--out", str(tmp_path / "results")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT)
+    out = done.stdout + done.stderr
+    if shutil.which("nvidia-smi") is not None:
+        pytest.skip("this machine has an NVIDIA driver: the GPU modes ran (see the output)")
+    assert done.returncode == 0, out
+    assert "text_recognition_torch [cpu]: toolkit serve" in out and "infer/s at c2" in out
+    assert "is a CPU build: the text_recognition_torch set's cuda mode needs torch's CUDA build" in out
+    assert f"text_recognition_torch [cuda]: toolkit serve {work}/repos/text_recognition_torch-cuda --device gpu " \
+           "(KIND_GPU instances of pytorch_libtorch on cuda:0" in out
+    assert "text_recognition_torch [tensorrt" not in out  # pytorch_libtorch has no TensorRT accelerator
+    from toolkit.repository.compile import compile_repository
+
+    repo = work / "repos" / "text_recognition_torch-cuda"
+    assert gpu.compile_check(repo, "cuda") == []
+    config = compile_repository(repo, None, "gpu").models["text_recognition"].config
+    assert config["platform"] == "pytorch_libtorch" and config["backend"] == "pytorch"
+    assert [(g["kind"], g["count"]) for g in config["instance_group"]] == [("KIND_GPU", 2)]
+    assert [i["name"] for i in config["input"]] == ["INPUT__0"] and [o["name"] for o in config["output"]] == ["OUTPUT__0"]
+
+
+def test_the_torchscript_outputs_agree_with_torch_and_the_onnx_export(tmp_path):
+    """The set's model file is torch's own module: served on CPU it gives what torch gives, and
+    what the ONNX export of the same network gives (the sets are the same model)."""
+    import onnxruntime
+    import torch
+
+    pt = gpu.text_recognition_torchscript(tmp_path / "m.pt", width=0.25)
+    rows = gpu._text_inputs()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit.load, as the backend loads it
+        expected = torch.jit.load(str(pt))(torch.from_numpy(rows)).numpy()
+    assert expected.shape == (4, 26, 37)
+    onnx = gpu.str_model.export(tmp_path / "m.onnx", output_channels=128)
+    exported = onnxruntime.InferenceSession(str(onnx)).run(None, {gpu.str_model.INPUT_NAME: rows})[0]
+    assert gpu.compare_text(expected, exported, "cuda")["max_error_relative"] < 1e-4
+    repo = gpu.torch_repository(tmp_path / "repos", "cpu", pt)
+    with gpu.Served(repo, "cpu", tmp_path / "serve.log", gpu.server_environment()) as server:
+        found = gpu.text_outputs(server.url, gpu.TORCH)
+    assert gpu.compare_text(expected, found, "cuda")["max_error_relative"] < 1e-5
+
