@@ -22,7 +22,9 @@ first model with random data for its inputs, as `toolkit tune` makes its request
 invocation's REPORT Duration, which under the RIE counts from the start of init: the time from
 the runtime's start to the first answer). `--source` runs the runtime from other trees too (e.g.
 a `git worktree` of an older commit), interleaved with this one, so that a change's effect is
-read from one run.
+read from one run. `--env KEY=VALUE` sets the runtime's environment, e.g.
+`AWS_LAMBDA_INITIALIZATION_TYPE=provisioned-concurrency` (init makes the HTTP app too) or
+`TOOLKIT_LAMBDA_DIRECT=0`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from toolkit.build.builders import detect_builder  # noqa: E402
 from toolkit.build.pipeline import SilentUI, measure_lambda_cold_start  # noqa: E402
 
 
-def host_runs(repo: Path, sources: list[Path], runs: int) -> None:
+def host_runs(repo: Path, sources: list[Path], runs: int, extra_env: dict[str, str] | None = None) -> None:
     from toolkit.build.lambda_rie import ensure_rie
     from toolkit.build.local_run import INVOKE_PATH, parse_reports
     from toolkit.deploy.function_url import request_event
@@ -73,7 +75,7 @@ def host_runs(repo: Path, sources: list[Path], runs: int) -> None:
         port = servers.free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TOOLKIT_"))}
         env.update({"PYTHONPATH": str(source), "TOOLKIT_MANIFEST": str(manifest), "TOOLKIT_LOG_LEVEL": "warning",
-                    "AWS_LAMBDA_FUNCTION_NAME": "bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"})
+                    "AWS_LAMBDA_FUNCTION_NAME": "bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769", **(extra_env or {})})
         log = work / "rie.log"
         with log.open("w") as handle:
             process = subprocess.Popen([str(rie), "--runtime-interface-emulator-address", f"127.0.0.1:{port}",
@@ -124,9 +126,12 @@ def main() -> None:
     parser.add_argument("--platform", default="linux/amd64")
     parser.add_argument("--host", type=Path, default=None, help="REPO: the RIE as a host process, no engine (module doc)")
     parser.add_argument("--source", type=Path, action="append", default=[], help="with --host: another tree's runtime")
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                        help="with --host: the runtime's environment (e.g. AWS_LAMBDA_INITIALIZATION_TYPE)")
     args = parser.parse_args()
     if args.host is not None:
-        host_runs(args.host, args.source, args.runs)
+        extra = dict(item.partition("=")[::2] for item in args.env)
+        host_runs(args.host, args.source, args.runs, extra)
         return
     if not args.images:
         parser.error("give IMAGE(s), or --host REPO")

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -245,6 +246,69 @@ def test_on_demand_init_makes_the_app_only_when_an_event_needs_it(manifest_path,
     assert seen == {"after_init": ahead, "after_infer": ahead, "infer_status": 200, "outputs": [2.0, 3.0, 4.0],
                     "ready_status": 200, "after_ready": True}
 
+
+
+LOAD_ORDER_SCRIPT = r"""
+import json, sys, threading
+from handlers.entrypoints import lambda_handler
+from handlers.model_repository import ModelRepository
+loading, seen = threading.Event(), {}
+load, get = ModelRepository.load, lambda_handler._App.get
+def probe_load(self, **kwargs):
+    loading.set()
+    seen["load_thread"] = threading.current_thread().name
+    return load(self, **kwargs)
+def probe_get(self):
+    if self.made is None:
+        seen["app_thread"] = threading.current_thread().name
+        seen["loading_before_app"] = loading.wait(10)  # made before the loading starts: waits out the 10 s
+    return get(self)
+ModelRepository.load, lambda_handler._App.get = probe_load, probe_get
+from handlers.entrypoints import aws_lambda as entry
+seen["made_in_init"] = entry.handler._app.made is not None
+seen["ready_after_init"] = entry.handler.repository.ready()
+seen["ready_status"] = entry.handler(json.loads(sys.argv[1]), None)["statusCode"]
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("initialization,direct", [("provisioned-concurrency", "1"), ("on-demand", "0")])
+def test_where_init_makes_the_app_it_is_made_while_the_models_load(manifest_path, initialization, direct):
+    """Where init makes the app (ahead of traffic, or without the direct path), FastAPI's imports
+    run on a thread of their own while the models load on init's thread (docs/cold-start.md); init
+    ends with both done, and the app answers."""
+    env = {**os.environ, "TOOLKIT_MANIFEST": str(manifest_path), "TOOLKIT_LOG_LEVEL": "warning",
+           "AWS_LAMBDA_INITIALIZATION_TYPE": initialization, "TOOLKIT_LAMBDA_DIRECT": direct}
+    out = subprocess.run([sys.executable, "-c", LOAD_ORDER_SCRIPT, json.dumps(function_url_event("GET", "/v2/health/ready"))],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == {"load_thread": "MainThread", "app_thread": "app-maker", "loading_before_app": True,
+                    "made_in_init": True, "ready_after_init": True, "ready_status": 200}
+
+
+
+def test_a_failure_to_make_the_app_in_init_is_raised_by_init(manifest_path, monkeypatch):
+    """The app made on its thread fails: init makes it again on its own thread, so the error
+    reaches Lambda's init (and the function's INIT report), not only the thread's output."""
+    from handlers.entrypoints import lambda_handler
+
+    monkeypatch.setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "provisioned-concurrency")
+    calls = []
+
+    def broken(self):
+        calls.append(threading.current_thread().name)
+        raise ImportError("no fastapi here")
+
+    monkeypatch.setattr(lambda_handler._App, "get", broken)
+    monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the maker thread's own report
+    loaded = []
+    load = lambda_handler.ModelRepository.load
+    monkeypatch.setattr(lambda_handler.ModelRepository, "load", lambda self, **kw: (loaded.append(self), load(self, **kw)))
+    with pytest.raises(ImportError, match="no fastapi here"):
+        LambdaHandler.from_manifest(Manifest.load(manifest_path))
+    loaded[0].stop()
+    assert calls == ["app-maker", "MainThread"]
 
 
 METRICS_SCRIPT = r"""

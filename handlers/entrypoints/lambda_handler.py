@@ -24,7 +24,10 @@ The app itself (FastAPI, Starlette, pydantic: ~0.15-0.2 s of imports and route b
 on the first event that goes through Mangum, not in init: an environment that only serves
 inference events never imports FastAPI. Where init is taken ahead of traffic (provisioned
 concurrency, SnapStart: AWS_LAMBDA_INITIALIZATION_TYPE), or with the direct path off, the app is
-made in init, so that no request pays for it.
+made in init, so that no request pays for it, on a thread of its own while the models load: its
+imports (Python, holding the GIL) overlap the loading (an ONNX Runtime session's optimisation, a
+warmup's inference: mostly without the GIL), as `toolkit serve` overlaps them
+(handlers/entrypoints/server.py).
 
 Limits: Lambda refuses a request or response payload over 6 MB (synchronous invocation) before or
 after the handler runs. Requests over it never reach us (docs/aws-lambda.md); responses are
@@ -39,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +73,17 @@ def _manifest_path() -> Path:
     return candidate if candidate.is_file() else Path("/opt/toolkit/models.json")
 
 
+def direct_default() -> bool:
+    """Inference requests take the direct path unless TOOLKIT_LAMBDA_DIRECT=0."""
+    return os.environ.get(DIRECT_ENV, "1") != "0"
+
+
+def eager(direct: bool) -> bool:
+    """Whether init makes the app: where init runs ahead of traffic (AWS_LAMBDA_INITIALIZATION_TYPE
+    other than on-demand) or without the direct path."""
+    return not direct or os.environ.get(INITIALIZATION_TYPE_ENV, "on-demand") != "on-demand"
+
+
 class _App:
     """The runtime's ASGI app (handlers/app.py) for Mangum, made when first needed (the module doc)."""
 
@@ -93,17 +108,19 @@ class _App:
 class LambdaHandler:
     """Callable Lambda handler over one loaded repository."""
 
-    def __init__(self, repository: ModelRepository, *, direct: bool | None = None, eager_app: bool | None = None) -> None:
+    def __init__(
+        self, repository: ModelRepository, *, direct: bool | None = None, eager_app: bool | None = None,
+        app: _App | None = None,
+    ) -> None:
         """`direct`: inference requests skip the ASGI cycle (the module doc); default: on unless
         TOOLKIT_LAMBDA_DIRECT=0. `eager_app`: make the app now, not on the first event that needs
-        it; default: where init runs ahead of traffic (AWS_LAMBDA_INITIALIZATION_TYPE other than
-        on-demand) or without the direct path."""
+        it; default: `eager(direct)`. `app`: one already made (or being made) for `repository`."""
         self.repository = repository
-        self._app = _App(repository)
+        self._app = app or _App(repository)
         self._mangum = Mangum(self._app, lifespan="off")
-        self.direct = os.environ.get(DIRECT_ENV, "1") != "0" if direct is None else direct
+        self.direct = direct_default() if direct is None else direct
         if eager_app is None:
-            eager_app = not self.direct or os.environ.get(INITIALIZATION_TYPE_ENV, "on-demand") != "on-demand"
+            eager_app = eager(self.direct)
         if eager_app:
             self._app.get()
         self.invocations = 0
@@ -111,9 +128,19 @@ class LambdaHandler:
 
     @classmethod
     def from_manifest(cls, manifest: Manifest, *, exit_on_error: bool = True, direct: bool | None = None) -> "LambdaHandler":
+        """Load every model; where init makes the app (`eager`), it is made meanwhile, on a thread."""
         repository = ModelRepository(manifest, no_queue_delay=True, serial=True)
-        repository.load(exit_on_error=exit_on_error)
-        return cls(repository, direct=direct)
+        direct = direct_default() if direct is None else direct
+        app = _App(repository)
+        maker = threading.Thread(target=app.get, name="app-maker", daemon=True) if eager(direct) else None
+        if maker is not None:
+            maker.start()  # a failure there is raised again by __init__, which makes the app if it is not made
+        try:
+            repository.load(exit_on_error=exit_on_error)
+        finally:
+            if maker is not None:
+                maker.join()
+        return cls(repository, direct=direct, app=app)
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         self.invocations += 1
