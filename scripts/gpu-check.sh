@@ -10,6 +10,19 @@
 #   scripts/gpu-check.sh --prepare DIR                 # download every wheel + the OCR weights into DIR
 #   scripts/gpu-check.sh --offline DIR [options]       # install from DIR only (no network), then run
 #   scripts/gpu-check.sh --print-requirements          # what the GPU venv gets, one requirement a line
+#   scripts/gpu-check.sh --prepare-slim DIR            # only toolkit's own wheels (~22 MB), for a machine
+#                                                      # that has its frameworks (below)
+#   scripts/gpu-check.sh --slim DIR [options]          # there: its python3 + DIR's wheels, then run
+#
+# A machine that already has its frameworks (a CUDA image with PyTorch's CUDA build, numpy, onnx,
+# ONNX Runtime) but no package index needs only toolkit's own dependencies: `--prepare-slim DIR`
+# downloads toolkit's requirements and its `tune` extra's (the client bench/gpu.py drives the
+# servers with) as wheels for that machine's Python (PYTHON_VERSION, default this interpreter's;
+# x86-64 manylinux) and leaves out numpy, onnx and the frameworks; `--slim DIR` there installs
+# them into a folder of their own (TOOLKIT_GPU_SITE, default /tmp/toolkit-gpu-site; the machine's
+# own packages are not touched) and runs bench/gpu.py with that machine's python3 (PYTHON). The
+# TorchScript set then runs on its torch; the ONNX sets' GPU modes need its ONNX Runtime to be
+# onnxruntime-gpu (bench/gpu.py says what is missing).
 #
 # A GPU machine without network access: run `--prepare DIR` on a machine with PyPI (same CPU
 # architecture; the wheels are for this interpreter's Python, or PYTHON=python3.X), copy DIR
@@ -39,13 +52,48 @@ TENSORRT="tensorrt-cu12-libs>=10.14,<11"
 mode=online
 wheelhouse=""
 case "${1:-}" in
-  --prepare|--offline)
+  --prepare|--offline|--prepare-slim|--slim)
     [ $# -ge 2 ] || { echo "usage: $0 $1 DIR" >&2; exit 2; }
     mode=${1#--}
     wheelhouse=$(mkdir -p "$2" && cd "$2" && pwd)
     shift 2
     ;;
 esac
+
+# What a machine with its own frameworks keeps of its own (wheel file names, normalised).
+SLIM_LEFT_OUT='^(numpy|onnx|ml_dtypes|onnxruntime|onnxruntime_gpu|torch|triton|nvidia_[a-z0-9_]+)-'
+if [ "$mode" = prepare-slim ]; then
+  pyver=${PYTHON_VERSION:-$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')}
+  mapfile -t wanted < <("$py" - "$root/pyproject.toml" <<'EOF'
+import sys
+import tomllib
+
+with open(sys.argv[1], "rb") as handle:
+    project = tomllib.load(handle)["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["tune"]))
+EOF
+)
+  platforms=()
+  for tag in manylinux_2_28 manylinux_2_27 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do
+    platforms+=(--platform "${tag}_x86_64")
+  done
+  echo "==> toolkit's own wheels for CPython $pyver (x86-64) into $wheelhouse"
+  "$py" -m pip download -q -d "$wheelhouse" --only-binary=:all: --python-version "$pyver" --implementation cp \
+    "${platforms[@]}" "${wanted[@]}"
+  for wheel in "$wheelhouse"/*.whl; do
+    if [[ $(basename "$wheel") =~ $SLIM_LEFT_OUT ]]; then rm -f "$wheel"; fi
+  done
+  du -sh "$wheelhouse"
+  echo "copy $wheelhouse to the GPU machine, then: scripts/gpu-check.sh --slim DIR [bench/gpu.py options]"
+  exit 0
+fi
+if [ "$mode" = slim ]; then
+  site=${TOOLKIT_GPU_SITE:-/tmp/toolkit-gpu-site}
+  echo "==> $(ls "$wheelhouse"/*.whl | wc -l) wheels from $wheelhouse into $site (with $py's own packages)"
+  "$py" -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$site" "$wheelhouse"/*.whl
+  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+  exec "$py" bench/gpu.py "$@"
+fi
 
 # The CUDA line's pins, read from the build's own table (runtime_deps.py needs only the stdlib).
 mapfile -t cuda_line < <("$py" - "$root/toolkit/build/runtime_deps.py" <<'EOF'

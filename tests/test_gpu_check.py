@@ -162,3 +162,40 @@ def test_the_torchscript_outputs_agree_with_torch_and_the_onnx_export(tmp_path):
         found = gpu.text_outputs(server.url, gpu.TORCH)
     assert gpu.compare_text(expected, found, "cuda")["max_error_relative"] < 1e-5
 
+
+
+def test_a_machine_with_its_own_frameworks_gets_only_toolkits_wheels_and_runs_the_check(tmp_path):
+    """--prepare-slim: toolkit's requirements and its tune extra's as wheels, without numpy, onnx
+    or a framework; --slim: a Python that has only numpy, onnx and ONNX Runtime (a stand-in for a
+    CUDA image with its own frameworks: its python3 and no package index) gets them in a folder of
+    their own and serves the check's CPU mode with them."""
+    wheels = tmp_path / "wheels"
+    done = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--prepare-slim", str(wheels)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    names = {path.name.split("-")[0].lower() for path in wheels.glob("*.whl")}
+    assert {"fastapi", "uvicorn", "tritonclient", "protobuf", "orjson", "aiohttp", "geventhttpclient"} <= names
+    assert not names & {"numpy", "onnx", "onnxruntime", "onnxruntime_gpu", "torch", "ml_dtypes"}
+    from importlib.metadata import version
+
+    machine = tmp_path / "machine"
+    subprocess.run([sys.executable, "-m", "venv", str(machine)], check=True, timeout=300)
+    subprocess.run([str(machine / "bin" / "python"), "-m", "pip", "install", "-q", *(
+        f"{name}=={version(name)}" for name in ("numpy", "onnx", "onnxruntime"))], check=True, timeout=600)
+    work = tmp_path / "work"
+    env = {**os.environ, "PYTHON": str(machine / "bin" / "python"), "TOOLKIT_GPU_SITE": str(tmp_path / "site")}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "gpu-check.sh"), "--slim", str(wheels), "--check", "--models", "text_recognition",
+         "--width", "0.25", "--window", "1", "--concurrency", "2", "--work", str(work), "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=600, env=env)
+    out = done.stdout + done.stderr
+    if shutil.which("nvidia-smi") is not None:
+        pytest.skip("this machine has an NVIDIA driver: the GPU modes ran (see the output)")
+    assert done.returncode == 0, out
+    assert "text_recognition [cpu]: toolkit serve" in out and "infer/s at c2" in out
+    assert f"wheels from {wheels} into {tmp_path / 'site'}" in out
+    installed = subprocess.run([str(machine / "bin" / "python"), "-c", "import importlib.util as u; "
+                                "print(u.find_spec('fastapi') is None, u.find_spec('tritonclient') is None)"],
+                               capture_output=True, text=True, check=True, env=env).stdout.split()
+    assert installed == ["True", "True"]  # the machine's own packages were not touched
