@@ -292,15 +292,19 @@ def _mode_device(mode: str) -> str:
     return "cpu" if mode == "cpu" else "gpu"
 
 
-def text_repository(root: Path, mode: str, onnx: Path) -> Path:
-    repo = root / f"{TEXT}-{mode.split()[0]}"
-    if repo.exists():
-        return repo
-    (repo / TEXT / "1").mkdir(parents=True)
-    (repo / TEXT / "1" / "model.onnx").symlink_to(onnx)
-    config = str_model.guide_config("KIND_CPU" if mode == "cpu" else "KIND_GPU")
-    (repo / TEXT / "config.pbtxt").write_text(config + (TRT_OPTIMIZATION if mode.startswith("tensorrt") else ""))
+def _linked_repository(repo: Path, model_file: Path, filename: str, config: str) -> Path:
+    """REPO/text_recognition/ with config.pbtxt and 1/<filename> linked to `model_file` (made once)."""
+    if not repo.exists():
+        (repo / TEXT / "1").mkdir(parents=True)
+        (repo / TEXT / "1" / filename).symlink_to(model_file)
+        (repo / TEXT / "config.pbtxt").write_text(config)
     return repo
+
+
+def text_repository(root: Path, mode: str, onnx: Path) -> Path:
+    config = str_model.guide_config("KIND_CPU" if mode == "cpu" else "KIND_GPU")
+    return _linked_repository(root / f"{TEXT}-{mode.split()[0]}", onnx, "model.onnx",
+                              config + (TRT_OPTIMIZATION if mode.startswith("tensorrt") else ""))
 
 
 def text_recognition_torchscript(path: Path, width: float = 1.0) -> Path:
@@ -310,13 +314,8 @@ def text_recognition_torchscript(path: Path, width: float = 1.0) -> Path:
 
 def torch_repository(root: Path, mode: str, model_file: Path) -> Path:
     """The guide's config for pytorch_libtorch: KIND_CPU for cpu, KIND_GPU (cuda:0) for cuda."""
-    repo = root / f"{TORCH}-{mode}"
-    if repo.exists():
-        return repo
-    (repo / TEXT / "1").mkdir(parents=True)
-    (repo / TEXT / "1" / "model.pt").symlink_to(model_file)
-    (repo / TEXT / "config.pbtxt").write_text(str_model.torchscript_config("KIND_CPU" if mode == "cpu" else "KIND_GPU"))
-    return repo
+    return _linked_repository(root / f"{TORCH}-{mode}", model_file, "model.pt",
+                              str_model.torchscript_config("KIND_CPU" if mode == "cpu" else "KIND_GPU"))
 
 
 def prepare_ocr(cache_dir: Path | None) -> None:

@@ -22,17 +22,23 @@ sys.path.insert(0, str(ROOT / "bench"))
 import gpu  # noqa: E402
 
 
-def test_gpu_check_runs_everything_but_the_gpu_and_prints_the_plan(tmp_path):
-    """A quick check: text_recognition at x0.25 width (the full width is the same code, slower)."""
+def quick_check(tmp_path: Path, models: str) -> tuple[Path, str]:
+    """bench/gpu.py --check on `models` at x0.25 width (the full width is the same code, slower):
+    its work folder and output, once it has exited 0 (skipped where an NVIDIA driver is)."""
     work = tmp_path / "work"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu.py"), "--check", "--models", "text_recognition", "--width", "0.25",
+        [sys.executable, str(ROOT / "bench" / "gpu.py"), "--check", "--models", models, "--width", "0.25",
          "--window", "1", "--concurrency", "2", "--work", str(work), "--out", str(tmp_path / "results")],
         capture_output=True, text=True, timeout=600, cwd=ROOT)
     out = done.stdout + done.stderr
     if shutil.which("nvidia-smi") is not None:
         pytest.skip("this machine has an NVIDIA driver: the GPU modes ran (see the output)")
     assert done.returncode == 0, out
+    return work, out
+
+
+def test_gpu_check_runs_everything_but_the_gpu_and_prints_the_plan(tmp_path):
+    work, out = quick_check(tmp_path, "text_recognition")
     assert "text_recognition [cpu]: toolkit serve" in out and "infer/s at c2" in out
     assert "No usable NVIDIA GPU here:" in out and "no nvidia-smi: no NVIDIA driver on this machine" in out
     assert "onnxruntime has no CUDAExecutionProvider" in out
@@ -118,15 +124,7 @@ def test_the_torchscript_set_runs_on_cpu_and_plans_its_cuda_mode(tmp_path):
     """The guide's STRModel traced by torch, served by pytorch_libtorch (x0.25 width: quick); its
     KIND_GPU repository compiles for --device gpu; without a GPU the cuda mode is planned, and
     torch's CPU build is named as what stands in the way."""
-    work = tmp_path / "work"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "gpu.py"), "--check", "--models", "text_recognition_torch", "--width",
-         "0.25", "--window", "1", "--concurrency", "2", "--work", str(work), "--out", str(tmp_path / "results")],
-        capture_output=True, text=True, timeout=600, cwd=ROOT)
-    out = done.stdout + done.stderr
-    if shutil.which("nvidia-smi") is not None:
-        pytest.skip("this machine has an NVIDIA driver: the GPU modes ran (see the output)")
-    assert done.returncode == 0, out
+    work, out = quick_check(tmp_path, "text_recognition_torch")
     assert "text_recognition_torch [cpu]: toolkit serve" in out and "infer/s at c2" in out
     assert "is a CPU build: the text_recognition_torch set's cuda mode needs torch's CUDA build" in out
     assert f"text_recognition_torch [cuda]: toolkit serve {work}/repos/text_recognition_torch-cuda --device gpu " \
