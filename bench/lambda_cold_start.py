@@ -75,7 +75,8 @@ def host_runs(repo: Path, sources: list[Path], runs: int, extra_env: dict[str, s
         port = servers.free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "TOOLKIT_"))}
         env.update({"PYTHONPATH": str(source), "TOOLKIT_MANIFEST": str(manifest), "TOOLKIT_LOG_LEVEL": "warning",
-                    "AWS_LAMBDA_FUNCTION_NAME": "bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769", **(extra_env or {})})
+                    "AWS_LAMBDA_FUNCTION_NAME": "bench", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"})
+        env.update(extra_env or {})
         log = work / "rie.log"
         with log.open("w") as handle:
             process = subprocess.Popen([str(rie), "--runtime-interface-emulator-address", f"127.0.0.1:{port}",

@@ -16,8 +16,9 @@ same layers, shapes and order; written here, not copied) and exports it the same
 Weights are random (torch's default initialisation, BatchNorm at its initial statistics): the
 trained `None-ResNet-None-CTC.pth` the guide downloads is not on PyPI, and throughput does not
 depend on the values. Needs torch (a CPU build: `pip install torch==2.13.0` from PyTorch's CPU
-wheel index, or a local CPU wheel); bench/serve_vs_triton.py imports this only for the
-`text_recognition_full` model.
+wheel index, or a local CPU wheel); bench/serve_vs_triton.py (its `text_recognition_full`
+model), bench/ort_sessions.py, bench/pytorch_ceiling.py (`--model str`) and bench/gpu.py use it;
+`save_torchscript` saves the same network for pytorch_libtorch.
 """
 
 from __future__ import annotations

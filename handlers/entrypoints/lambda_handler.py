@@ -134,7 +134,7 @@ class LambdaHandler:
         app = _App(repository)
         maker = threading.Thread(target=app.get, name="app-maker", daemon=True) if eager(direct) else None
         if maker is not None:
-            maker.start()  # a failure there is raised again by __init__, which makes the app if it is not made
+            maker.start()  # if it fails, __init__ makes the app again and raises the error
         try:
             repository.load(exit_on_error=exit_on_error)
         finally:
