@@ -304,7 +304,12 @@ def test_a_failure_to_make_the_app_in_init_is_raised_by_init(manifest_path, monk
     monkeypatch.setattr(threading, "excepthook", lambda args: None)  # the maker thread's own report
     loaded = []
     load = lambda_handler.ModelRepository.load
-    monkeypatch.setattr(lambda_handler.ModelRepository, "load", lambda self, **kw: (loaded.append(self), load(self, **kw)))
+
+    def recorded_load(self, **kwargs):
+        loaded.append(self)  # to stop its batchers afterwards
+        return load(self, **kwargs)
+
+    monkeypatch.setattr(lambda_handler.ModelRepository, "load", recorded_load)
     with pytest.raises(ImportError, match="no fastapi here"):
         LambdaHandler.from_manifest(Manifest.load(manifest_path))
     loaded[0].stop()

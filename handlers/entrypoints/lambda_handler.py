@@ -132,7 +132,8 @@ class LambdaHandler:
         repository = ModelRepository(manifest, no_queue_delay=True, serial=True)
         direct = direct_default() if direct is None else direct
         app = _App(repository)
-        maker = threading.Thread(target=app.get, name="app-maker", daemon=True) if eager(direct) else None
+        eager_app = eager(direct)
+        maker = threading.Thread(target=app.get, name="app-maker", daemon=True) if eager_app else None
         if maker is not None:
             maker.start()  # if it fails, __init__ makes the app again and raises the error
         try:
@@ -140,7 +141,7 @@ class LambdaHandler:
         finally:
             if maker is not None:
                 maker.join()
-        return cls(repository, direct=direct, app=app)
+        return cls(repository, direct=direct, eager_app=eager_app, app=app)
 
     def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
         self.invocations += 1
