@@ -261,7 +261,8 @@ def detect(work: Path, torch: bool = True) -> Environment:
     else:
         found.tensorrt_libraries = "libnvinfer.so.10 / libnvonnxparser.so.10 not loadable"
         found.problems.append("TensorRT 10 libraries (libnvinfer.so.10, libnvonnxparser.so.10: the tensorrt-cu12-libs "
-                              "wheel) are not on the library path: the tensorrt mode needs them")
+                              "or -cu13-libs wheel, as onnxruntime-gpu's CUDA major) are not on the library path: "
+                              "the tensorrt mode needs them")
     if torch:
         found.torch, found.torch_cuda, problems = torch_status(env, bool(found.gpus))
         found.problems += problems

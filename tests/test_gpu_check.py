@@ -164,36 +164,82 @@ def test_the_torchscript_outputs_agree_with_torch_and_the_onnx_export(tmp_path):
 
 def test_a_machine_with_its_own_frameworks_gets_only_toolkits_wheels_and_runs_the_check(tmp_path):
     """--prepare-slim: toolkit's requirements and its tune extra's as wheels, without numpy, onnx
-    or a framework; --slim: a Python that has only numpy, onnx and ONNX Runtime (a stand-in for a
-    CUDA image with its own frameworks: its python3 and no package index) gets them in a folder of
-    their own and serves the check's CPU mode with them."""
-    wheels = tmp_path / "wheels"
-    done = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--prepare-slim", str(wheels)], capture_output=True,
-                          text=True, timeout=600)
+    or a framework, the OCR sample's weights, and an ONNX Runtime wheel cut into pieces; --stash:
+    the pieces brought over a few at a time (as to a machine that takes little at once) are kept
+    and what is missing is named; --slim: a Python that has only numpy and onnx (a stand-in for a
+    CUDA image with its own frameworks: its python3 and no package index) gets the wheels and the
+    joined ONNX Runtime in a folder of their own and serves the check's CPU mode with them. Here
+    the pieces are the CPU onnxruntime of this interpreter's version, in pieces of 4 MB; for the
+    lent GPU machines they are onnxruntime-gpu's CUDA 13 wheel (255 MB) in pieces of 50 MB."""
+    from importlib.metadata import version
+
+    sys.path.insert(0, str(ROOT / "samples" / "ocr"))
+    import prepare as ocr_prepare
+
+    wheels, parts, stash = tmp_path / "wheels", tmp_path / "parts", tmp_path / "stash"
+    env = {**os.environ, "TOOLKIT_GPU_PARTS_REQUIREMENT": f"onnxruntime=={version('onnxruntime')}",
+           "TOOLKIT_GPU_PART_SIZE": "4M", "TOOLKIT_GPU_STASH": str(stash)}
+    env.pop("PYTHONPATH", None)
+    done = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--prepare-slim", str(wheels), str(parts)],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     names = {path.name.split("-")[0].lower() for path in wheels.glob("*.whl")}
     assert {"fastapi", "uvicorn", "tritonclient", "protobuf", "orjson", "aiohttp", "geventhttpclient"} <= names
     assert not names & {"numpy", "onnx", "onnxruntime", "onnxruntime_gpu", "torch", "ml_dtypes"}
-    from importlib.metadata import version
+    assert ocr_prepare.sha256(wheels / "ocr" / ocr_prepare.WHEEL_NAME) == ocr_prepare.WHEEL_SHA256
+    (checksum,) = parts.glob("onnxruntime-*.whl.sha256")
+    wheel_name = checksum.name.removesuffix(".sha256")
+    pieces = sorted(parts.glob(f"{wheel_name}.part-*"))
+    count = len(pieces)
+    assert count >= 3 and all(p.name.endswith(f"-of-{count:02d}") for p in pieces)
+    assert all(p.stat().st_size == 4 << 20 for p in pieces[:-1]) and 0 < pieces[-1].stat().st_size <= 4 << 20
+
+    def bring(*chosen: Path) -> str:
+        """One call to the machine: the chosen pieces and the checksum arrive in a fresh copy."""
+        call = tmp_path / "call"
+        shutil.rmtree(call, ignore_errors=True)
+        call.mkdir()
+        for path in (checksum, *chosen):
+            shutil.copy(path, call)
+        done = subprocess.run([str(ROOT / "scripts" / "gpu-check.sh"), "--stash", str(call)], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    out = bring(pieces[0], pieces[2])
+    missing = ",".join(f"{i:02d}" for i in range(1, count + 1) if i not in (1, 3))
+    assert f"{wheel_name}: 2 of {count} pieces here; still to bring: part-{{{missing}}}-of-{count:02d}" in out
 
     machine = tmp_path / "machine"
     subprocess.run([sys.executable, "-m", "venv", str(machine)], check=True, timeout=300)
     subprocess.run([str(machine / "bin" / "python"), "-m", "pip", "install", "-q", *(
-        f"{name}=={version(name)}" for name in ("numpy", "onnx", "onnxruntime"))], check=True, timeout=600)
+        f"{name}=={version(name)}" for name in ("numpy", "onnx"))], check=True, timeout=600)
     work = tmp_path / "work"
-    env = {**os.environ, "PYTHON": str(machine / "bin" / "python"), "TOOLKIT_GPU_SITE": str(tmp_path / "site")}
-    env.pop("PYTHONPATH", None)
-    done = subprocess.run(
-        [str(ROOT / "scripts" / "gpu-check.sh"), "--slim", str(wheels), "--check", "--models", "text_recognition",
-         "--width", "0.25", "--window", "1", "--concurrency", "2", "--work", str(work), "--out", str(tmp_path / "r")],
-        capture_output=True, text=True, timeout=600, env=env)
+    env.update(PYTHON=str(machine / "bin" / "python"), TOOLKIT_GPU_SITE=str(tmp_path / "site"))
+    slim = [str(ROOT / "scripts" / "gpu-check.sh"), "--slim", str(wheels), "--check", "--models", "text_recognition",
+            "--width", "0.25", "--window", "1", "--concurrency", "2", "--work", str(work), "--out", str(tmp_path / "r")]
+    done = subprocess.run(slim, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 2
+    assert f"error: {wheel_name} has 2 of its {count} pieces in {stash}: bring the rest" in done.stderr
+
+    out = bring(*pieces[1:])
+    assert f"{wheel_name}: all {count} pieces are here" in out
+    (stash / pieces[-1].name).write_bytes(b"not the piece that was cut")
+    done = subprocess.run(slim, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 2 and f"error: {wheel_name} joined from {count} pieces in {stash} does not match" in done.stderr
+    bring(pieces[-1])
+
+    done = subprocess.run(slim, capture_output=True, text=True, timeout=600, env=env)
     out = done.stdout + done.stderr
     if shutil.which("nvidia-smi") is not None:
         pytest.skip("this machine has an NVIDIA driver: the GPU modes ran (see the output)")
     assert done.returncode == 0, out
+    assert f"==> {wheel_name} joined from {count} pieces (sha256 checked)" in out
+    assert f"wheels from {wheels} and {stash} into {tmp_path / 'site'}" in out
     assert "text_recognition [cpu]: toolkit serve" in out and "infer/s at c2" in out
-    assert f"wheels from {wheels} into {tmp_path / 'site'}" in out
+    assert f"onnxruntime {version('onnxruntime')}, providers" in out  # the joined wheel, imported
     installed = subprocess.run([str(machine / "bin" / "python"), "-c", "import importlib.util as u; "
-                                "print(u.find_spec('fastapi') is None, u.find_spec('tritonclient') is None)"],
-                               capture_output=True, text=True, check=True, env=env).stdout.split()
-    assert installed == ["True", "True"]  # the machine's own packages were not touched
+                                "print(*(u.find_spec(m) is None for m in ('fastapi', 'tritonclient', 'onnxruntime')))"],
+                               capture_output=True, text=True, check=True,
+                               env={k: v for k, v in env.items() if k != "PYTHONPATH"}).stdout.split()
+    assert installed == ["True", "True", "True"]  # the machine's own packages were not touched

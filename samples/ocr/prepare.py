@@ -1,6 +1,6 @@
 """Prepares the OCR sample repository: trained PP-OCR weights from the `rapidocr` wheel on PyPI.
 
-    python samples/ocr/prepare.py [--cache-dir DIR]
+    python samples/ocr/prepare.py [--cache-dir DIR] [--fetch-only]
 
 1. `pip download rapidocr==3.10.0` (the wheel only, no dependencies) into the cache directory
    (`$TOOLKIT_CACHE_DIR/samples`, default `~/.cache/toolkit/samples`), unless it is already
@@ -13,6 +13,7 @@
 4. Renders the warmup image of `ocr_preprocess` (`ocr_preprocess/warmup/image.bin`: Triton's raw
    BYTES layout, a 4-byte little-endian length and the PNG bytes).
 
+`--fetch-only` does step 1 alone (scripts/gpu-check.sh fills a cache for a machine without PyPI).
 Idempotent: a prepared repository is checked (hashes) and left alone, in well under a second.
 None of these files is committed (.gitignore). The model weights are Apache-2.0 (PaddleOCR,
 redistributed by RapidOCR; see the wheel's MODEL_LICENSES.md).
@@ -166,8 +167,13 @@ def prepare(root: Path = HERE, cache: Path | None = None) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", type=Path, default=None, help="where the wheel is kept (default: %(default)s)")
+    parser.add_argument("--fetch-only", action="store_true",
+                        help="only put the pinned wheel into the cache directory (for a machine without PyPI)")
     args = parser.parse_args()
     try:
+        if args.fetch_only:
+            print(f"{fetch_wheel(args.cache_dir or cache_dir())} is there")
+            return 0
         written = prepare(HERE, args.cache_dir)
     except PrepareError as exc:
         print(f"error: {exc}", file=sys.stderr)
