@@ -96,6 +96,24 @@ def test_validate_accepts_an_archive_in_the_model_directory_and_an_unpacked_fold
     assert compiled.ok and set(compiled.models) == {"packed", "unpacked"}
 
 
+def test_the_model_directory_keyword_is_the_model_directory_when_the_repository_path_is_relative(
+        tmp_path, archive, monkeypatch):
+    """`toolkit validate models` run from the repository's parent: the keyword names the archive
+    once (it was joined to the relative model directory twice), and a missing one is named by its
+    absolute path, as tritonserver's canonical model paths are."""
+    repo = tmp_path / "models"
+    shutil.copy(archive, env_model(repo, "packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz") / "env.tar.gz")
+    missing = env_model(repo, "missing", "$$TRITON_MODEL_DIRECTORY/nowhere.tar.gz")
+    monkeypatch.chdir(tmp_path)
+    result = invoke(["validate", "models"])
+    assert result.exit_code != 0
+    compiled = compile_repository(Path("models"))
+    assert "packed" in compiled.models, compiled.failures.get("packed")
+    error = compiled.failures["missing"]
+    assert error.message == f"Failed to get the canonical path for {missing / 'nowhere.tar.gz'}."
+    assert "packed" in result.output and "nowhere.tar.gz" in result.output
+
+
 def test_validate_refuses_an_environment_with_an_older_python(tmp_path):
     repo = tmp_path / "models"
     directory = env_model(repo, "old", "$$TRITON_MODEL_DIRECTORY/py37.tar.gz")

@@ -62,11 +62,12 @@ def configured_value(config: Mapping[str, Any]) -> str | None:
 
 
 def resolve(value: str, model_dir: Path | str) -> Path:
-    """The path `value` names: `$$TRITON_MODEL_DIRECTORY` replaced by the model's directory (as
-    Triton does, the first occurrence); a relative path is relative to the model directory."""
-    path = value.replace(MODEL_DIRECTORY, str(model_dir), 1)
-    resolved = Path(path)
-    return resolved if resolved.is_absolute() else Path(model_dir) / resolved
+    """The path `value` names: `$$TRITON_MODEL_DIRECTORY` replaced by the model's directory, made
+    absolute as tritonserver's model paths are (the first occurrence, as Triton does); a relative
+    path is relative to the model directory."""
+    directory = Path(model_dir).absolute()
+    resolved = Path(value.replace(MODEL_DIRECTORY, str(directory), 1))
+    return resolved if resolved.is_absolute() else directory / resolved
 
 
 @dataclass(frozen=True)
