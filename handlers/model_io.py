@@ -6,16 +6,23 @@ request: the inputs and outputs by name, their protocol datatypes and dims, whic
 required or shape tensors, and max_batch_size. A loaded model keeps one (`LoadedModel.io`); the
 functions that take a config build one when they are not given it, so both ways answer alike.
 The config must not change after the ModelIO is made (a loaded model's never does).
+
+`OutputReshape(config)` is the outputs' `reshape`, as Triton's core applies it to every
+backend's responses (InferenceResponse::AddOutput): the model produces `reshape.shape`, the
+client (and an ensemble's next step, a BLS caller) gets `dims`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from .datatypes import from_config_type
+from .errors import internal
+from .inference import InferOutcome, InferResponse
 
-__all__ = ["ModelIO"]
+__all__ = ["ModelIO", "OutputReshape"]
 
 
 class ModelIO:
@@ -53,3 +60,57 @@ class ModelIO:
         if None in self.output_datatypes.values():
             raise KeyError("data_type")
         return self.output_datatypes  # type: ignore[return-value]
+
+
+class OutputReshape:
+    """The outputs of a config that have a `reshape`; falsy when none has. `apply(outcome)` gives
+    each such output of a response the shape Triton's InferenceResponse::Output::Reshape gives
+    it: the batch dimension (when the model batches), then `dims`, each -1 there taking, in
+    order, the produced size at a -1 of `reshape.shape`. Triton relabels the buffer without
+    checking it; an output whose produced shape does not fit (another rank, another element
+    count) makes the response an INTERNAL error naming the model and the output."""
+
+    __slots__ = ("batched", "model", "outputs")
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.model = str(config.get("name", ""))
+        self.batched = int(config.get("max_batch_size", 0)) > 0
+        self.outputs: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+            io["name"]: (tuple(int(d) for d in io["reshape"].get("shape", ())), tuple(int(d) for d in io.get("dims", ())))
+            for io in config.get("output", ())
+            if "reshape" in io
+        }
+
+    def __bool__(self) -> bool:
+        return bool(self.outputs)
+
+    def shape(self, name: str, produced: tuple[int, ...]) -> tuple[int, ...] | None:
+        """What output `name` produced as `produced` is sent as; None where it does not fit."""
+        model_shape, dims = self.outputs[name]
+        offset = 1 if self.batched else 0
+        if len(produced) != len(model_shape) + offset:
+            return None
+        variable = [produced[i + offset] for i, d in enumerate(model_shape) if d == -1]
+        if sum(1 for d in dims if d == -1) != len(variable):
+            return None
+        sizes = iter(variable)
+        target = (produced[:1] if self.batched else ()) + tuple(next(sizes) if d == -1 else d for d in dims)
+        return target if math.prod(target) == math.prod(produced) else None
+
+    def apply(self, outcome: InferOutcome) -> InferOutcome:
+        if not isinstance(outcome, InferResponse):
+            return outcome
+        for name, array in outcome.outputs.items():
+            if name not in self.outputs:
+                continue
+            target = self.shape(name, array.shape)
+            if target is None:
+                model_shape, dims = self.outputs[name]
+                batch = "the batch dimension, then " if self.batched else ""
+                return internal(
+                    f"output '{name}' of model '{self.model}' has shape {list(array.shape)}, which its config's "
+                    f"reshape cannot send as dims {list(dims)}: the model must produce {batch}"
+                    f"reshape {{ shape: {list(model_shape)} }}"
+                )
+            outcome.outputs[name] = array.reshape(target)
+        return outcome

@@ -28,7 +28,7 @@ from .inference import InferOutcome, InferRequest, InferResponse
 from .instance_group import instance_slots
 from .manifest import Manifest, ModelSpec
 from .metrics import ModelMetrics
-from .model_io import ModelIO
+from .model_io import ModelIO, OutputReshape
 from .statistics import ModelStatistics
 from .streaming import ResponseSink, ResponseStream
 from .warmup import warm_up, warmup_samples
@@ -43,6 +43,25 @@ class ModelState(enum.Enum):
     LOADING = "LOADING"
     READY = "READY"
     UNAVAILABLE = "UNAVAILABLE"
+
+
+class _ReshapingInstance:
+    """A model instance whose responses get their config's output `reshape` (OutputReshape);
+    everything else is the instance's own."""
+
+    def __init__(self, instance: Any, reshape: OutputReshape) -> None:
+        self._instance = instance
+        self._reshape = reshape
+
+    def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
+        return [self._reshape.apply(outcome) for outcome in self._instance.execute(requests)]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._instance, name)
+
+
+def _reshaping(factory: Callable[..., Any], reshape: OutputReshape, *args: Any) -> _ReshapingInstance:
+    return _ReshapingInstance(factory(*args), reshape)
 
 
 @dataclass
@@ -265,6 +284,9 @@ class ModelRepository:
                 slots = self.worker.mine(slots)
             plan = self.cpu_plan
             slots = [dataclasses.replace(s, threads=plan.threads_for(model.name, s), serial=plan.serial) for s in slots]
+            reshape = OutputReshape(model.spec.config)
+            if reshape:  # Triton's core reshapes every backend's responses: here, every instance's
+                factory = functools.partial(_reshaping, factory, reshape)
             with ThreadPoolExecutor(max_workers=max(1, len(slots))) as pool:
                 model.instances = list(pool.map(lambda s: factory(model.spec, model.version, s), slots))
                 model.load_seconds = time.perf_counter() - started

@@ -355,7 +355,6 @@ class OnnxRuntimeInstance:
         self._outputs = {io["name"]: io for io in config.get("output", [])}
         self._output_names = [io["name"] for io in config.get("output", [])]
         self._string_outputs = {n for n, io in self._outputs.items() if io["data_type"] == "TYPE_STRING"}
-        self._output_reshape = {n: tuple(io["dims"]) for n, io in self._outputs.items() if "reshape" in io}
         self._ragged = {n for n, io in self._inputs.items() if io.get("allow_ragged_batch")}
 
     # -- execution ------------------------------------------------------------------------------
@@ -388,7 +387,7 @@ class OnnxRuntimeInstance:
         except ValueError as exc:
             return [internal(f"model '{self.spec.name}': {exc}")] * len(requests)
         outcomes: list[InferOutcome] = list(batch_responses(
-            requests, parts, lambda name, array, request: self._finish(name, array, request.batch_size if self.batching else None)
+            requests, parts, lambda name, array, request: self._finish(name, array)
         ))
         stamp_compute(requests, start, input_end, infer_end, time.monotonic_ns())
         return outcomes
@@ -418,12 +417,11 @@ class OnnxRuntimeInstance:
                 raise self._not_utf8(name) from None
         return array  # `reshape` was applied by request validation
 
-    def _finish(self, name: str, array: np.ndarray, batch: int | None) -> np.ndarray:
+    def _finish(self, name: str, array: np.ndarray) -> np.ndarray:
+        """An output as a response carries it: strings as bytes (the config's output `reshape` is
+        the model repository's, for every backend: handlers/model_io.py)."""
         if name in self._string_outputs or array.dtype.kind in ("U", "O"):
             flat = np.empty(array.size, dtype=object)
             flat[:] = [s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in array.reshape(-1)]
             array = flat.reshape(array.shape)
-        dims = self._output_reshape.get(name)
-        if dims is not None:
-            array = array.reshape(((batch,) if batch is not None else ()) + dims)
         return array

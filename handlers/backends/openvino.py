@@ -566,9 +566,7 @@ class OpenVINOInstance:
         config = spec.config
         self.max_batch_size = int(config.get("max_batch_size", 0))
         self.batching = self.max_batch_size > 0
-        self._outputs = {io["name"]: io for io in config.get("output", [])}
         self._output_names = [io["name"] for io in config.get("output", [])]
-        self._output_reshape = {n: tuple(io["dims"]) for n, io in self._outputs.items() if "reshape" in io}
         self._ports = tensor_names(self.compiled.outputs)
         # per input, (min, max) of each dimension after the batch one (max -1: unbounded); None: any rank
         self._bounds = {name: _dimension_bounds(shape, self.batching) for name, shape in self._input_shapes.items()}
@@ -628,9 +626,7 @@ class OpenVINOInstance:
             parts = split_outputs(arrays, sizes)
         except ValueError as exc:
             return [internal(f"model '{self.spec.name}': {exc}")] * len(requests)
-        outcomes: list[InferOutcome] = list(batch_responses(
-            requests, parts, lambda name, array, request: self._finish(name, array, request.batch_size if self.batching else None)
-        ))
+        outcomes: list[InferOutcome] = list(batch_responses(requests, parts))
         stamp_compute(requests, start, input_end, infer_end, time.monotonic_ns())
         return outcomes
 
@@ -649,12 +645,6 @@ class OpenVINOInstance:
                     return arrays
         result = self.request.infer(feeds, share_inputs=True)
         return {name: result[self._ports[name]] for name in names}
-
-    def _finish(self, name: str, array: np.ndarray, batch: int | None) -> np.ndarray:
-        dims = self._output_reshape.get(name)
-        if dims is not None:
-            array = array.reshape(((batch,) if batch is not None else ()) + dims)
-        return array
 
 
 def _pad(array: np.ndarray, size: int) -> np.ndarray:

@@ -138,7 +138,7 @@ def batch_responses(
 ) -> list[InferResponse]:
     """One response per request from its part of the batch's outputs (`split_outputs`), with the
     outputs it asked for (every output when it named none); `finish(name, array, request)`
-    reshapes an output where the backend must (e.g. a config `reshape`)."""
+    converts an output where the backend must (e.g. strings to bytes)."""
     responses: list[InferResponse] = []
     for request, outputs in zip(requests, parts):
         wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}

@@ -16,6 +16,7 @@ from typing import Any
 
 from ...errors import InferenceError
 from ...inference import InferOutcome, InferRequest
+from ...model_io import OutputReshape
 from . import conversion
 from .bls import BlsBridge
 from .local_host import install_local_host
@@ -31,7 +32,8 @@ class InProcessInstance:
         self.name = name
         self.bridge = BlsBridge(spec)
         self.decoupled = bool(spec.decoupled)
-        self.routes = ResponseRoutes()  # a decoupled model's senders send here directly
+        # a decoupled model's senders send here directly; its responses get the output reshape here
+        self.routes = ResponseRoutes(reshape=OutputReshape(spec.config))
         local = install_local_host()
         local.remember(self.bridge)
         self.runner = ModelRunner(

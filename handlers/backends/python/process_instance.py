@@ -32,6 +32,7 @@ import handlers
 from ...cpu_budget import thread_environment
 from ...errors import InferenceError, internal
 from ...inference import InferOutcome, InferRequest
+from ...model_io import OutputReshape
 from . import conversion, execution_env
 from .bls import BlsBridge
 from .host import emit_log, emit_record
@@ -71,7 +72,7 @@ class ProcessInstance:
         self.device_id = device_id
         self.bridge = BlsBridge(spec)
         self.decoupled = bool(spec.decoupled)
-        self.routes = ResponseRoutes(on_cancel=self._send_cancel)
+        self.routes = ResponseRoutes(on_cancel=self._send_cancel, reshape=OutputReshape(spec.config))
         self._bls_streams: dict[int, Any] = {}  # call id -> cancel of a decoupled BLS call in flight
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}

@@ -22,6 +22,7 @@ from typing import Any
 
 from ...errors import InferenceError, internal
 from ...inference import InferRequest
+from ...model_io import OutputReshape
 from ...streaming import ResponseSink, StreamClosed
 from . import conversion
 
@@ -34,7 +35,8 @@ log = logging.getLogger("handlers.python")
 class ResponseRoutes:
     """The open response streams of one model instance's decoupled requests, by token."""
 
-    def __init__(self, on_cancel: Callable[[int], None] | None = None) -> None:
+    def __init__(self, on_cancel: Callable[[int], None] | None = None, reshape: OutputReshape | None = None) -> None:
+        self._reshape = reshape  # the config's output reshape, for each response as it is sent
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._routes: dict[int, tuple[ResponseSink, InferRequest]] = {}
@@ -72,6 +74,8 @@ class ResponseRoutes:
         response = error = None
         if payload is not None:
             outcome = conversion.outcome(payload, request)
+            if self._reshape:
+                outcome = self._reshape.apply(outcome)
             if isinstance(outcome, InferenceError):
                 error = outcome
             else:
