@@ -477,3 +477,12 @@ def test_async_exec_needs_a_running_loop_and_a_runtime(no_runtime):
 
     with pytest.raises(pb_utils.TritonModelException, match="BLS needs the serving runtime"):
         asyncio.run(call())
+
+
+def test_a_name_the_module_lacks_fails_under_tritons_module_name():
+    """A model calling something python_backend does not have (a public model.py called
+    `pb_utils.get_model_config()`) reads Triton's wording, not this runtime's package path."""
+    with pytest.raises(AttributeError) as caught:
+        pb_utils.get_model_config()
+    assert str(caught.value) == "module 'triton_python_backend_utils' has no attribute 'get_model_config'"
+    assert not hasattr(pb_utils, "get_model_config") and hasattr(pb_utils, "get_output_config_by_name")

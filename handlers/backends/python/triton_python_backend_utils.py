@@ -230,3 +230,9 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
         f"Failed to unload model: unloading models at runtime is not supported here ('{model_name}'): an image "
         "serves the models it was built with"
     )
+
+
+def __getattr__(name: str) -> Any:
+    """A name this module does not have fails as it would in Triton's own module (models see it
+    as `triton_python_backend_utils`, not under this runtime's package path)."""
+    raise AttributeError(f"module 'triton_python_backend_utils' has no attribute '{name}'")
