@@ -7,6 +7,12 @@ required or shape tensors, and max_batch_size. A loaded model keeps one (`Loaded
 functions that take a config build one when they are not given it, so both ways answer alike.
 The config must not change after the ModelIO is made (a loaded model's never does).
 
+`ModelIO.response_order(names)` is the order a response's outputs take, as the model's Triton
+backend adds them: by name where the backend keeps its outputs in a `std::map` (onnxruntime,
+pytorch; also ensembles, whose order in Triton's core is an unordered_map's, unspecified), the
+config's order where the backend walks the config (openvino; fil, which answers with one output),
+and the model's own where the model lists them (python: python_backend's InferResponse::Send).
+
 `OutputReshape(config)` is the outputs' `reshape`, as Triton's core applies it to every
 backend's responses (InferenceResponse::AddOutput): the model produces `reshape.shape`, the
 client (and an ensemble's next step, a BLS caller) gets `dims`.
@@ -15,7 +21,7 @@ client (and an ensemble's next step, a BLS caller) gets `dims`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .datatypes import from_config_type
@@ -23,6 +29,8 @@ from .errors import internal
 from .inference import InferOutcome, InferResponse
 
 __all__ = ["ModelIO", "OutputReshape"]
+
+_NAME_ORDER, _CONFIG_ORDER, _MODEL_ORDER = "name", "config", "model"
 
 
 class ModelIO:
@@ -33,6 +41,8 @@ class ModelIO:
         "inputs",
         "max_batch_size",
         "output_datatypes",
+        "output_index",
+        "output_order",
         "outputs",
         "required",
         "shape_tensors",
@@ -53,6 +63,20 @@ class ModelIO:
         self.output_datatypes = {
             name: from_config_type(io["data_type"]) if "data_type" in io else None for name, io in self.outputs.items()
         }
+        self.output_index = {name: index for index, name in enumerate(self.outputs)}
+        backend = config.get("backend") or config.get("platform", "")
+        self.output_order = _MODEL_ORDER if backend == "python" else _CONFIG_ORDER if backend in (
+            "openvino", "fil") else _NAME_ORDER
+
+    def response_order(self, names: Iterable[str]) -> list[str]:
+        """`names` (a response's outputs, in the order the model gave them) in the order Triton's
+        backend of this model answers with them."""
+        if self.output_order is _MODEL_ORDER:
+            return list(names)
+        if self.output_order is _CONFIG_ORDER:
+            last = len(self.output_index)
+            return sorted(names, key=lambda name: (self.output_index.get(name, last), name))
+        return sorted(names)
 
     def output_types(self) -> dict[str, str]:
         """The outputs' protocol datatypes by name, for encoding a response; a config output

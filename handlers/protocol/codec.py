@@ -583,8 +583,8 @@ def encode_response(
     """The HTTP body and headers for `response` to `request` (`io`: the config's ModelIO when the
     caller keeps one, else it is made here).
 
-    Outputs: the ones the request asked for (all of them when it named none), in output-name
-    order, which is the order of Triton's onnxruntime backend. An output is binary when its
+    Outputs: the ones the request asked for (all of them when it named none), in the order the
+    model's Triton backend answers with them (`ModelIO.response_order`). An output is binary when its
     request says `binary_data: true`, or, for outputs not named, when the request parameter
     `binary_data_output` is true; its bytes follow the JSON in output order. `classification: k`
     replaces an output with its top-k "value:index[:label]" strings (Triton's classification
@@ -602,7 +602,7 @@ def encode_response(
 
     entries: list[dict[str, Any]] = []
     chunks: list[Any] = []
-    for name in sorted(n for n in response.outputs if n in selection):
+    for name in io.response_order(n for n in response.outputs if n in selection):
         binary, class_count = selection[name]
         array = np.asarray(response.outputs[name])
         datatype = datatypes.get(name) or tensor_datatype(array)

@@ -325,7 +325,8 @@ def encode_infer_response(
     io: ModelIO | None = None,
 ) -> Any:
     """Fill `message` (a `ModelInferResponse`) with `response`: the requested outputs (every
-    output when none was named), in output-name order, data in `raw_output_contents` (`io`: the
+    output when none was named), in the order of the model's Triton backend (`ModelIO.response_order`),
+    data in `raw_output_contents` (`io`: the
     config's ModelIO when the caller keeps one, else it is made here)."""
     if io is None:
         io = ModelIO(config)
@@ -342,7 +343,7 @@ def encode_infer_response(
         message.id = response_id
     for key, value in response.parameters.items():
         set_parameter(message.parameters[key], value)
-    for name in sorted(n for n in response.outputs if n in selection):
+    for name in io.response_order(n for n in response.outputs if n in selection):
         array = np.asarray(response.outputs[name])
         datatype = datatypes.get(name) or tensor_datatype(array)
         class_count = selection[name]
