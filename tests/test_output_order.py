@@ -2,7 +2,8 @@
 the model's own order for Python models (python_backend's InferResponse::Send walks the list
 the model returned), by name for onnxruntime and pytorch (their outputs are a std::map), the
 config's order for openvino (its ReadOutputTensors walks the config). Served by `toolkit serve`
-and read by tritonclient over HTTP (JSON and binary) and gRPC."""
+and read by tritonclient over HTTP (JSON and binary) and gRPC, and by a Python model's BLS call
+(its response's `output_tensors()`)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,21 @@ class TritonPythonModel:
                 pb_utils.Tensor("CONFIDENCE", x[:, :1] * 0 + 0.9),
                 pb_utils.Tensor("B_SCORE", x[:, :1]),
             ]))
+        return out
+"""
+CALLER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            called = pb_utils.InferenceRequest(model_name="onnx", inputs=[x], requested_output_names=["Z", "A"]).exec()
+            names = ",".join(t.name() for t in called.output_tensors())
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("NAMES", np.array([names.encode()], dtype=object))]))
         return out
 """
 OUTPUTS = """
@@ -83,6 +99,13 @@ def server(tmp_path_factory):
                   [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 2])],
                   [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 2]) for n in ("Z", "A")],
                   [helper.make_node("Identity", ["X"], ["Z"]), helper.make_node("Neg", ["X"], ["A"])])
+    python_model(repo, "caller", None, """
+        name: "caller"
+        backend: "python"
+        max_batch_size: 0
+        input [ { name: "X" data_type: TYPE_FP32 dims: [ 2, 2 ] } ]
+        output [ { name: "NAMES" data_type: TYPE_STRING dims: [ 1 ] } ]
+        """, source=CALLER)
     with serve(repo, "--device", "cpu") as running:
         yield running
 
@@ -123,3 +146,13 @@ def test_an_onnx_models_outputs_come_by_name(server):
     assert _http(server, "onnx", True, None) == ["A", "Z"]
     assert _http(server, "onnx", False, ["Z", "A"]) == ["A", "Z"]
     assert _grpc(server, "onnx", ["Z", "A"]) == ["A", "Z"]
+
+
+def test_a_bls_callers_response_lists_the_called_models_outputs_in_its_backends_order(server):
+    client = httpclient.InferenceServerClient(server.url)
+    try:
+        x = httpclient.InferInput("X", [2, 2], "FP32")
+        x.set_data_from_numpy(np.ones((2, 2), np.float32))
+        assert client.infer("caller", [x]).as_numpy("NAMES").tolist() == [b"A,Z"]
+    finally:
+        client.close()

@@ -93,7 +93,7 @@ class BlsBridge:
             return
 
         def finished(outcome: InferOutcome) -> None:
-            done(error_payload(outcome) if isinstance(outcome, InferenceError) else response_payload(outcome))
+            done(error_payload(outcome) if isinstance(outcome, InferenceError) else response_payload(outcome, model.io))
 
         scheduler = getattr(model, "scheduler", None) or getattr(model, "batcher", None)
         submit = getattr(scheduler, "submit", None)
@@ -121,12 +121,13 @@ class BlsBridge:
         error, and a flag-only final as None, in order, ending with final=True. Returns the call's
         cancel."""
         prefix = f"Model {call.model_name} - Error when running inference: "
+        called: list[Any] = []  # the called model, once resolved (its ModelIO orders the outputs)
 
         def deliver(event: StreamEvent) -> None:
             if event.error is not None:
                 payload: BlsOutcome | None = error_payload(event.error)
             elif event.response is not None:
-                payload = response_payload(event.response)
+                payload = response_payload(event.response, called[0].io if called else None)
             else:
                 payload = None
             on_event(payload, event.final)
@@ -134,6 +135,7 @@ class BlsBridge:
         sink = ResponseSink(deliver)
         try:
             model = self._resolve(call)
+            called.append(model)
             request = self._request(call, model)
             validate_request(model.spec.config, request)
             model.submit_stream(request, sink, _background_loop())

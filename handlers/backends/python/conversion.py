@@ -16,6 +16,7 @@ import numpy as np
 
 from ...errors import ErrorCode, InferenceError
 from ...inference import InferOutcome, InferRequest, InferResponse
+from ...model_io import ModelIO
 from ...protocol.codec import FRONTEND_PARAMETERS, array_from_buffer, tensor_datatype
 from .host import TensorPayload
 from .model_runner import OutcomePayload, RequestPayload
@@ -83,9 +84,11 @@ def outcomes(payloads: Sequence[OutcomePayload], requests: Sequence[InferRequest
     return [outcome(p, r) for p, r in zip(payloads, requests)]
 
 
-def response_payload(response: InferResponse) -> tuple:
-    """A BLS call's result for the calling model."""
-    return ("ok", [tensor_payload(name, array) for name, array in response.outputs.items()])
+def response_payload(response: InferResponse, io: ModelIO | None = None) -> tuple:
+    """A BLS call's result for the calling model: its outputs in the order the called model's
+    Triton backend gives them (`io`: the called model's ModelIO; None: as they are)."""
+    names = list(response.outputs) if io is None else io.response_order(response.outputs)
+    return ("ok", [tensor_payload(name, response.outputs[name]) for name in names])
 
 
 def error_payload(error: InferenceError) -> tuple:
