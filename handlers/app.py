@@ -23,6 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from . import __version__
 from .model_repository import ModelRepository
+from .protocol.admin import router as admin_router
 from .protocol.generate import router as generate_router
 from .protocol.infer import InferHeaders, InferReply, infer_target, internal_error_reply, reply_headers, run_infer
 from .protocol.routes import router
@@ -83,6 +84,7 @@ def create_app(repository: ModelRepository, *, streaming: bool = True) -> FastAP
     app.state.streaming = streaming
     app.include_router(router)
     app.include_router(generate_router)
+    app.include_router(admin_router)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:

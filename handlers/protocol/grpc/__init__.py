@@ -6,7 +6,6 @@ its extension is built) or grpcio's asyncio server.
 - `generated`: loads Triton's generated modules (no tritonclient import).
 - `tensors`: ModelInferRequest <-> the runtime's InferRequest / InferResponse.
 - `service`: every RPC, with tritonserver's status codes and messages.
-- `settings`: log and trace settings.
 - `server`: the listener (`GrpcServer`), health, message size limits, drain, the front end.
 - `nativeserver`: the native front end: grpcio method handlers run on the loop for calls that
   grpc++ receives (`_grpcnative`, built from `native/grpcnative.cpp` by `../native/build.py grpc`).

@@ -42,7 +42,7 @@ from ...model_repository import LoadedModel, ModelRepository
 from ...streaming import StreamEvent
 from ..routes import model_metadata_document, server_metadata_document
 from . import generated, plans
-from .settings import LogSettings, trace_settings
+from ..settings import process_log_settings, trace_settings
 from .tensors import FINAL_RESPONSE, encode_infer_response, parse_version, set_parameter
 
 log = logging.getLogger("handlers.protocol.grpc")
@@ -105,7 +105,7 @@ class InferenceService:
     def __init__(self, repository: ModelRepository) -> None:
         _, self.pb, _ = generated.load()
         self.repository = repository
-        self.log_settings = LogSettings()
+        self.log_settings = process_log_settings()
         self.draining = False
         self._streams: set[_Stream] = set()
 

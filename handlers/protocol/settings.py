@@ -1,4 +1,6 @@
-"""Triton's log and trace settings (the `LogSettings` and `TraceSetting` RPCs), transport-free.
+"""Triton's log and trace settings, transport-free: the gRPC `LogSettings` and `TraceSetting` RPCs
+and the REST `/v2/logging` and `/v2/trace/setting` routes (admin.py) answer from here, the log
+settings from one instance per process (`process_log_settings`), as they set the process's loggers.
 
 Log settings are real: `log_info`, `log_warning`, `log_error` and `log_verbose_level` set the
 level of the runtime's loggers (verbose > 0: DEBUG; else the most detailed of INFO / WARNING /
@@ -18,9 +20,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import ErrorCode, InferenceError, invalid_argument
+from ..errors import ErrorCode, InferenceError, invalid_argument
 
-__all__ = ["LogSettings", "TRACE_DEFAULTS", "trace_settings"]
+__all__ = ["LogSettings", "TRACE_DEFAULTS", "process_log_settings", "trace_settings"]
 
 LOGGER_NAMES = ("handlers", "uvicorn", "uvicorn.error")
 
@@ -113,3 +115,16 @@ class LogSettings:
             level = logging.CRITICAL + 1
         for name in LOGGER_NAMES:
             logging.getLogger(name).setLevel(level)
+
+
+_process_settings: LogSettings | None = None
+_process_lock = threading.Lock()
+
+
+def process_log_settings() -> LogSettings:
+    """The process's log settings, shared by its transports."""
+    global _process_settings
+    with _process_lock:
+        if _process_settings is None:
+            _process_settings = LogSettings()
+        return _process_settings
