@@ -4,7 +4,8 @@ The steps follow the order in which tritonserver reads and loads a model, so the
 reported is the one tritonserver would report (tests/oracle compares both):
 
 config stage (tritonserver's repository poll; a failure lists the model as INVALID)
-  1. read config.pbtxt (or start empty: auto-complete, Triton's default)
+  1. read config.pbtxt (or start empty: auto-complete, Triton's default), then its repository
+     agents (repo_agents.py: Triton's checksum agent)
   2. AutoCompleteBackendFields, NormalizeModelConfig, ValidateModelConfig (and ValidateModelIOConfig
      when auto-complete is disabled), directory name == model name
 ensemble dependencies (the repository manager's dependency graph): composing models present,
@@ -59,6 +60,7 @@ from .errors import (
 )
 from .model_config import ModelConfig, read_config_file, to_triton_json
 from .normalize import Device, NormalizeReport, normalize_instance_groups, normalize_model_config
+from .repo_agents import run_repository_agents
 from .support import SUPPORTED_BACKENDS, check_supported
 from .validate import (
     check_execution_environment,
@@ -146,6 +148,8 @@ def read_model_config(model: ModelDirectory, auto_complete: bool = True) -> Mess
     """The config stage: what tritonserver does with a model when it polls the repository."""
     try:
         config = _read_config(model, auto_complete)
+        if model.has_config:  # tritonserver runs the agents of a config it read, before normalizing it
+            run_repository_agents(model.path, config)
         autocomplete_backend_fields(model.name, model.path, config)
         normalize_model_config(config)
         validate_model_config(config)
