@@ -36,6 +36,18 @@ SHARED_MEMORY_UNSUPPORTED = (
 
 router = APIRouter(default_response_class=Response)
 
+_ERROR = {"content": {JSON: {"schema": {"type": "object", "required": ["error"],
+                                       "properties": {"error": {"type": "string"}}}}}}
+_OBJECT = {"content": {JSON: {"schema": {"type": "object"}}}}
+_SETTINGS_RESPONSES: dict[int | str, Any] = {
+    200: {"description": "The settings after the request's changes", **_OBJECT},
+    400: {"description": "A malformed body, a wrongly typed value, or an unknown model", **_ERROR},
+    413: {"description": "The body is over the request size limit", **_ERROR},
+    501: {"description": "A setting that cannot be changed here (`log_file`, `trace_file`; any trace setting: "
+                         "this runtime does not trace)", **_ERROR},
+    "4XX": {"description": "Another client error, e.g. 405 for a method the route does not take", **_ERROR},
+}
+
 
 def _json(document: Any) -> Response:
     return Response(orjson.dumps(document), media_type=JSON)
@@ -70,7 +82,7 @@ def _log_kind(value: Any) -> str:
     return "string_param" if isinstance(value, str) else type(value).__name__
 
 
-@router.api_route("/v2/logging", methods=["GET", "POST"])
+@router.api_route("/v2/logging", methods=["GET", "POST"], responses=_SETTINGS_RESPONSES)
 async def logging_settings(request: Request) -> Response:
     try:
         document = await _document(request, "dynamic logging")
@@ -80,8 +92,8 @@ async def logging_settings(request: Request) -> Response:
         return _error(error)
 
 
-@router.api_route("/v2/trace/setting", methods=["GET", "POST"])
-@router.api_route("/v2/models/{model_name}/trace/setting", methods=["GET", "POST"])
+@router.api_route("/v2/trace/setting", methods=["GET", "POST"], responses=_SETTINGS_RESPONSES)
+@router.api_route("/v2/models/{model_name}/trace/setting", methods=["GET", "POST"], responses=_SETTINGS_RESPONSES)
 async def trace_setting(request: Request, model_name: str = "") -> Response:
     try:
         if model_name and not any(m.ready for m in request.app.state.repository.models.get(model_name, {}).values()):
@@ -101,21 +113,29 @@ async def trace_setting(request: Request, model_name: str = "") -> Response:
 def _shared_memory(kind: str, label: str) -> None:
     base = f"/v2/{kind}sharedmemory"
 
-    @router.get(f"{base}/status")
+    other = {"4XX": _SETTINGS_RESPONSES["4XX"]}
+
+    listing = {"content": {JSON: {"schema": {"type": "array", "maxItems": 0}}}}
+
+    @router.get(f"{base}/status", responses={200: {"description": "No region is registered: []", **listing}, **other})
     async def status() -> Response:
         return _json([])
 
-    @router.get(f"{base}/region/{{region}}/status")
+    @router.get(f"{base}/region/{{region}}/status", responses={404: {"description": "No such region", **_ERROR}, **other})
     async def region_status(region: str) -> Response:
         return _error(not_found(f"Unable to find {label.lower()} shared memory region: '{region}'"))
 
-    @router.post(f"{base}/register")
-    @router.post(f"{base}/region/{{region}}/register")
+    registering = {501: {"description": "Shared memory is not supported: the client never shares the host", **_ERROR}}
+
+    @router.post(f"{base}/register", responses={**registering, **other})
+    @router.post(f"{base}/region/{{region}}/register", responses={**registering, **other})
     async def register(region: str = "") -> Response:
         return _error(unsupported(SHARED_MEMORY_UNSUPPORTED.format(kind=label)))
 
-    @router.post(f"{base}/unregister")
-    @router.post(f"{base}/region/{{region}}/unregister")
+    done = {200: {"description": "Nothing was registered: nothing to unregister"}}
+
+    @router.post(f"{base}/unregister", responses={**done, **other})
+    @router.post(f"{base}/region/{{region}}/unregister", responses={**done, **other})
     async def unregister(region: str = "") -> Response:
         return Response(b"", media_type=JSON)  # nothing is ever registered
 
