@@ -25,7 +25,7 @@ from fastapi.responses import Response
 
 from .. import limits
 from ..errors import ErrorCode, InferenceError, invalid_argument, not_found, unsupported
-from .codec import encode_error
+from .routes import error_response as _error
 from .settings import process_log_settings, trace_settings
 
 JSON = "application/json"
@@ -51,10 +51,6 @@ _SETTINGS_RESPONSES: dict[int | str, Any] = {
 
 def _json(document: Any) -> Response:
     return Response(orjson.dumps(document), media_type=JSON)
-
-
-def _error(error: InferenceError) -> Response:
-    return Response(encode_error(error), status_code=error.http_status, media_type=JSON)
 
 
 async def _document(request: Request, what: str) -> dict[str, Any]:
