@@ -36,8 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from ..batching.batch_tensors import batch_inputs, batch_outputs, split_batch
 from ..batching.merge import (
-    batch_responses, batch_sizes, merge_inputs, refuse_alone, requested_output_names, run_batch, split_outputs, stamp_compute,
+    batch_responses, batch_sizes, merge_inputs, refuse_alone, requested_output_names, run_batch, stamp_compute,
 )
 from ..errors import InferenceError, internal, invalid_argument
 from ..inference import InferOutcome, InferRequest
@@ -356,6 +357,11 @@ class OnnxRuntimeInstance:
         self._output_names = [io["name"] for io in config.get("output", [])]
         self._string_outputs = {n for n, io in self._outputs.items() if io["data_type"] == "TYPE_STRING"}
         self._ragged = {n for n, io in self._inputs.items() if io.get("allow_ragged_batch")}
+        try:
+            self._batch_inputs = batch_inputs(config)
+            self._batch_outputs = batch_outputs(config)
+        except ValueError as exc:
+            raise ModelLoadError(f"model '{spec.name}': {exc}") from None
 
     # -- execution ------------------------------------------------------------------------------
 
@@ -373,8 +379,13 @@ class OnnxRuntimeInstance:
         try:
             merged = merge_inputs(requests, batching=self.batching, ragged=self._ragged)
             feeds = {name: self._prepare(name, array) for name, array in merged.items()}
+            for batch_input in self._batch_inputs:  # Triton makes them on the CPU, whatever the provider
+                tensor = batch_input.tensor(requests)
+                feeds.update((target, tensor) for target in batch_input.targets)
         except InferenceError as exc:
             return [exc] * len(requests)
+        except ValueError as exc:
+            return [internal(f"model '{self.spec.name}': {exc}")] * len(requests)
         names = requested_output_names(requests, self._output_names)
         input_end = time.monotonic_ns()
         try:
@@ -383,7 +394,9 @@ class OnnxRuntimeInstance:
             return [internal(f"onnx runtime error: {exc}")] * len(requests)
         infer_end = time.monotonic_ns()
         try:
-            parts = split_outputs(dict(zip(names, results)), batch_sizes(requests, batching=self.batching))
+            parts = split_batch(
+                dict(zip(names, results)), requests, batch_sizes(requests, batching=self.batching), self._batch_outputs
+            )
         except ValueError as exc:
             return [internal(f"model '{self.spec.name}': {exc}")] * len(requests)
         outcomes: list[InferOutcome] = list(batch_responses(

@@ -7,6 +7,7 @@
 - ordering.py: preserve_ordering
 - observer.py: the events statistics and metrics are built from
 - merge.py: concatenating a batch's inputs and splitting its outputs per request
+- batch_tensors.py: batch inputs and batch outputs (ragged batching), made from the batch itself
 """
 
 from .batcher import BatcherState, DynamicBatcher, ModelInstance, OnLoop

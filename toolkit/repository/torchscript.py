@@ -34,7 +34,7 @@ from handlers.backends.pytorch.config import (
     return_warning,
 )
 
-from .errors import CODE_INTERNAL, CODE_INVALID_ARG, ModelError, UnsupportedModelError
+from .errors import CODE_INTERNAL, CODE_INVALID_ARG, ModelError
 
 _CODES = {INVALID_ARG: CODE_INVALID_ARG}
 
@@ -116,7 +116,8 @@ def check_model(config: dict[str, Any], model_files: dict[int, Path], warnings: 
             input_layout(config, signature, notes)
             output_layout(config, notes)
         except ConfigError as exc:
-            raise _error(exc, hint=("input [", "input:", "output [", "output:"), detail=f"version {version}: {path.name}") from None
+            hint = ("batch_input",) if exc.message.startswith("batch input") else ("input [", "input:", "output [", "output:")
+            raise _error(exc, hint=hint, detail=f"version {version}: {path.name}") from None
         if signature is not None and (note := return_warning(signature, name)) is not None:
             notes.append(note)
         warnings.extend(n for n in notes if n not in warnings)
@@ -125,10 +126,3 @@ def check_model(config: dict[str, Any], model_files: dict[int, Path], warnings: 
             f"torch is not installed here, so the forward of model '{name}' was not read: its arguments are checked "
             "against the config's inputs when the image starts (pip install torch to check them now)"
         )
-    for field in ("batch_input", "batch_output"):
-        if config.get(field):
-            raise UnsupportedModelError(
-                f"model '{name}' uses {field}: not supported for the pytorch backend yet; compute the tensor in the "
-                "model's forward (or in a python model before it, in an ensemble)",
-                hint=field,
-            )

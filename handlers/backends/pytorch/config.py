@@ -291,10 +291,40 @@ def input_layout(config: dict[str, Any], signature: Signature | None, warnings: 
         elif convention == STRICT_CONFIG_ORDERING or dict_input:
             positions[name] = position
         _check_datatype(io, "input", model, batching)
+    _place_batch_inputs(config, positions, allowed, convention, dict_input)
     arity = len(arguments) if arguments is not None else len(inputs)
     if not dict_input and convention is not None:
         _check_positions(positions, arity, model, convention)
     return InputLayout(dict_input, positions, arity, convention)
+
+
+def _place_batch_inputs(
+    config: dict[str, Any], positions: dict[str, int], allowed: list[str], convention: str | None, dict_input: bool
+) -> None:
+    """Each batch input's target names take an argument by the inputs' convention (ValidateInputs'
+    AddInputToMap): by name, by its `__<index>`, or after the config's inputs in order. Where
+    tritonserver would pass the tensor nowhere or to argument 0, refused with the reason."""
+    model, count = config.get("name", ""), len(config.get("input", []))
+    targets = [str(t) for entry in config.get("batch_input", []) for t in entry.get("target_name", [])]
+    for index, target in enumerate(targets):
+        if dict_input or convention == STRICT_CONFIG_ORDERING:
+            positions[target] = count + index
+        elif convention == FORWARD_ARGUMENT:
+            if target not in allowed:
+                raise ConfigError(
+                    f"batch input '{target}' of model '{model}' is not an argument of forward ({', '.join(allowed)}): "
+                    "the inputs are named after forward's arguments, so a batch input's target_name must be one too",
+                    INVALID_ARG,
+                )
+            positions[target] = allowed.index(target)
+        elif convention == NAMED_INDEX:
+            if _index_suffix(target) is None:
+                raise ConfigError(
+                    f"batch input '{target}' of model '{model}' does not follow the <name>__<index> convention of the "
+                    "model's inputs: name it after the forward argument it fills, as INDEX__1",
+                    INVALID_ARG,
+                )
+            positions[target] = _index(target)
 
 
 def _check_positions(positions: dict[str, int], arity: int, model: str, convention: str) -> None:

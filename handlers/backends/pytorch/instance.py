@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from ...batching.batch_tensors import batch_inputs, batch_outputs
 from ...batching.merge import (
     batch_responses, batch_sizes, merge_inputs, refuse_alone, requested_output_names, run_batch, stamp_compute,
 )
@@ -165,6 +166,11 @@ class PyTorchInstance:
         self._string_inputs = {io["name"] for io in config.get("input", []) if io.get("data_type") == STRING}
         self._order = sorted(self.inputs.positions, key=self.inputs.positions.__getitem__)
         self._ragged = {io["name"] for io in config.get("input", []) if io.get("allow_ragged_batch")}
+        try:
+            self._batch_inputs = batch_inputs(config)
+            self._batch_outputs = batch_outputs(config)
+        except ValueError as exc:
+            raise ModelLoadError(f"model '{spec.name}': {exc}") from None
         self._cuda = self.device is not None and self.device.type == "cuda"
         self._gpu_inputs = self._cuda  # KIND_GPU: inputs go to the instance's GPU; KIND_MODEL: stay on CPU
         self._jit_flags = any(
@@ -242,6 +248,15 @@ class PyTorchInstance:
             if self._gpu_inputs:
                 tensor = tensor.to(self.device)
             tensors[name] = tensor
+        for batch_input in self._batch_inputs:
+            try:
+                array = batch_input.tensor(requests)
+            except ValueError as exc:
+                raise invalid_argument(f"model '{self.spec.name}': {exc}") from None
+            tensor = torch.from_numpy(array)
+            if self._gpu_inputs:
+                tensor = tensor.to(self.device)
+            tensors.update((target, tensor) for target in batch_input.targets)
         if self.inputs.dict_input:
             return [tensors]
         missing = [name for name in self._order if name not in tensors]
@@ -369,7 +384,13 @@ class PyTorchInstance:
                 if name not in names:
                     continue
                 array = value.detach().contiguous().cpu().numpy()
-                pieces = self._split_array(name, array, sizes)
+                if name in self._batch_outputs:
+                    try:
+                        pieces = self._batch_outputs[name].scatter(array, requests)
+                    except ValueError as exc:
+                        raise InferenceError(f"model '{self.spec.name}': {exc}", ErrorCode.INTERNAL) from None
+                else:
+                    pieces = self._split_array(name, array, sizes)
             if name in names:
                 for part, piece in zip(parts, pieces):
                     part[name] = piece
