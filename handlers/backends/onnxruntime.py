@@ -166,11 +166,31 @@ def thread_counts(config: dict, budget: int | None) -> tuple[int | None, int | N
     return intra, inter
 
 
-def session_options(config: dict, threads: int | None = None):
-    """ORT session options from the config; `threads`: the instance's CPU budget."""
+def op_libraries(config: dict, model_dir: Path) -> list[str]:
+    """The custom-op libraries of `model_operations { op_library_filename }`, as each is registered
+    (ONNX Runtime's RegisterCustomOpsLibrary: dlopen). A relative name that is a file in the
+    model's directory is taken from there, so a library kept beside the model travels with it into
+    the image; every other name is passed as written (an absolute path, or a bare name that dlopen
+    looks up on the library search path). tritonserver passes every name as written, a relative
+    one from its working directory."""
+    names = (config.get("model_operations") or {}).get("op_library_filename") or []
+    if isinstance(names, str):
+        names = [names]
+    found: list[str] = []
+    for name in names:
+        beside = Path(model_dir) / name
+        found.append(str(beside) if not os.path.isabs(name) and beside.is_file() else str(name))
+    return found
+
+
+def session_options(config: dict, threads: int | None = None, libraries: list[str] | tuple[str, ...] = ()):
+    """ORT session options from the config; `threads`: the instance's CPU budget; `libraries`:
+    custom-op libraries to register (`op_libraries`)."""
     ort = _ort()
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    for library in libraries:
+        options.register_custom_ops_library(library)
     intra, inter = thread_counts(config, threads)
     if intra is not None:
         options.intra_op_num_threads = intra
@@ -333,7 +353,8 @@ class OnnxRuntimeInstance:
         def make() -> Any:
             try:
                 with _OPENVINO_SESSION_LOCK if openvino else contextlib.nullcontext():
-                    return ort.InferenceSession(str(path), sess_options=session_options(config, threads),
+                    options = session_options(config, threads, op_libraries(config, spec.directory))
+                    return ort.InferenceSession(str(path), sess_options=options,
                                                 providers=providers)
             except Exception as exc:
                 raise ModelLoadError(f"failed to load model '{spec.name}' version {version}: {exc}") from exc

@@ -31,6 +31,8 @@ from typing import Any, Iterable
 
 from google.protobuf.message import Message
 
+from handlers.backends.onnxruntime import op_libraries
+
 from . import fil, onnx_autocomplete, torchscript
 from .backend_fields import (
     ENSEMBLE_PLATFORM,
@@ -321,8 +323,9 @@ def _load_backend_model(
     signatures: dict[int, Any] = {}
 
     def read_signatures() -> None:
+        libraries = _op_libraries(config, model, warnings)
         for v, f in model_files.items():
-            signatures[v] = onnx_autocomplete.read_signature(model.path / f, model.name)
+            signatures[v] = onnx_autocomplete.read_signature(model.path / f, model.name, libraries)
 
     deferred: str | None = None  # why auto_complete_config is left for the image build
     if backend == ONNXRUNTIME_BACKEND and auto_complete:
@@ -390,6 +393,22 @@ def _load_backend_model(
         autocomplete=AUTOCOMPLETE_IMAGE if deferred else None,
         autocomplete_reason=deferred,
     )
+
+
+def _op_libraries(config: ModelConfig, model: ModelDirectory, warnings: list[str]) -> list[Path]:
+    """An ONNX model's custom-op libraries (`model_operations`) as its instances will register
+    them (handlers/backends/onnxruntime.py, `op_libraries`), with a warning for each that is not a
+    file here: the image must then provide it at that path."""
+    names = list(config.model_operations.op_library_filename)
+    found = op_libraries({"model_operations": {"op_library_filename": names}}, model.path)
+    for name, path in zip(names, found):
+        if not Path(path).is_file():
+            warnings.append(
+                f"custom-op library '{name}' of model '{model.name}' (model_operations) is not a file on this machine: "
+                "the image must provide it there; a library kept in the model's directory and named relative to it "
+                "is copied with the model"
+            )
+    return [Path(p) for p in found]
 
 
 def compile_model(model: ModelDirectory, device: Device, auto_complete: bool = True) -> CompiledModel:
