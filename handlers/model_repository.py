@@ -22,7 +22,7 @@ from typing import Any
 from . import cpu_budget
 from .backends import backend_module
 from .backends.ensemble import EnsembleScheduler
-from .batching import DynamicBatcher, PendingRequest
+from .batching import DynamicBatcher, PendingRequest, SequenceBatcher
 from .errors import ErrorCode, InferenceError, internal, not_found, unavailable, unsupported
 from .inference import InferOutcome, InferRequest, InferResponse
 from .instance_group import instance_slots
@@ -73,7 +73,7 @@ class LoadedModel:
     state: ModelState = ModelState.LOADING
     reason: str = ""
     instances: list[Any] = field(default_factory=list)
-    scheduler: Any = None  # DynamicBatcher, or EnsembleScheduler for ensembles
+    scheduler: Any = None  # DynamicBatcher, SequenceBatcher, or EnsembleScheduler for ensembles
     load_seconds: float = 0.0  # instances created (sessions loaded)
     warmup_seconds: float = 0.0  # model_warmup run on every instance
     statistics: ModelStatistics = field(init=False)
@@ -299,13 +299,18 @@ class ModelRepository:
             if metrics is not None:
                 metrics.load_seconds.set(model.load_seconds)
                 metrics.warmup_seconds.set(model.warmup_seconds)
-            model.scheduler = DynamicBatcher(
-                model.name,
-                model.spec.config,
-                model.instances,
-                observer=model.statistics,
-                no_queue_delay=self.no_queue_delay,
-            )
+            if "sequence_batching" in model.spec.config:
+                model.scheduler = SequenceBatcher(
+                    model.name, model.spec.config, model.instances, observer=model.statistics
+                )
+            else:
+                model.scheduler = DynamicBatcher(
+                    model.name,
+                    model.spec.config,
+                    model.instances,
+                    observer=model.statistics,
+                    no_queue_delay=self.no_queue_delay,
+                )
             model.scheduler.start()
             model.state = ModelState.READY
             log.info(

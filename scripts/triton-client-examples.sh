@@ -36,7 +36,6 @@ declare -A expected_failure=(
   [shm_client]="needs the system shared memory extension (client and server on one host); not implemented: serverless clients never share memory with the server"
   [shm_string_client]="needs the system shared memory extension; not implemented"
   [cudashm_client]="needs a GPU and the CUDA shared memory extension; not implemented"
-  [sequence_sync_infer_client]="needs the sequence batcher (model simple_sequence); sequence_batching is not supported"
 )
 
 work=$(mktemp -d)

@@ -315,23 +315,33 @@ def test_config_checks_of_what_only_an_update_can_bring():
     assert _outcome(rules.validate_model_config, scheduled) == _outcome(validate_model_config, from_triton_json(scheduled))
 
 
+IMPLICIT_STATE = {"state": [{"input_name": "S_IN", "output_name": "S_OUT", "data_type": "TYPE_FP32", "dims": [1]}]}
+
+
 @pytest.mark.parametrize(
-    "change",
-    [{"sequence_batching": {}}, {"model_transaction_policy": {"decoupled": True}}, {}],
-    ids=["sequence", "decoupled", "supported"],
+    "change, refused",
+    [
+        ({"sequence_batching": IMPLICIT_STATE}, True),
+        ({"sequence_batching": {}, "model_transaction_policy": {"decoupled": True}}, True),
+        ({"sequence_batching": {}}, False),
+        ({"model_transaction_policy": {"decoupled": True}}, False),
+        ({}, False),
+    ],
+    ids=["implicit-state", "decoupled-sequence", "sequence", "decoupled", "supported"],
 )
-def test_support_checks_give_one_verdict_on_the_compilers_and_the_images_config(change):
+def test_support_checks_give_one_verdict_on_the_compilers_and_the_images_config(change, refused):
     config = base()
     updated = update_model_config(config, returned_from(config, **change))
     image = _outcome(support_rules.check_supported, updated)
     assert image == _outcome(toolkit_check_supported, from_triton_json(updated))
-    assert (image is None) == ("sequence_batching" not in change)  # a Python model may be decoupled
+    assert (image is not None) == refused
 
 
 def test_the_compiler_turns_a_refusal_into_an_unsupported_model_error():
     config = base()
     with pytest.raises(ModelError) as raised:
-        toolkit_check_supported(from_triton_json(update_model_config(config, returned_from(config, sequence_batching={}))))
+        toolkit_check_supported(
+            from_triton_json(update_model_config(config, returned_from(config, sequence_batching=IMPLICIT_STATE))))
     assert raised.value.unsupported and raised.value.model == "m"
 
 

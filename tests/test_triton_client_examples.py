@@ -6,7 +6,8 @@ The examples themselves are Triton's code and are not copied here:
 triton-inference-server/client (docs/triton-compatibility.md records the result). These tests
 assert the same behaviours, one test per example, so CI (which cannot reach GitHub) keeps them:
 health_metadata, infer_client, async_infer_client, aio_infer_client, string_infer_client; and the
-answers model_control gets (model control is not offered: tritonserver's default mode).
+answers model_control gets (model control is not offered: tritonserver's default mode). The
+sequence examples are asserted in tests/test_sequence_batching.py.
 """
 
 from __future__ import annotations
@@ -181,7 +182,10 @@ def test_model_control_is_refused_as_by_tritonserver_in_its_default_mode(client)
     config override, unload); the toolkit serves the repository it was given, and answers load and
     unload as tritonserver does in its default mode."""
     index = client.get_model_repository_index()
-    assert sorted(m["name"] for m in index) == ["simple", "simple_identity", "simple_int8", "simple_string"]
+    assert sorted(m["name"] for m in index) == [
+        "simple", "simple_dyna_sequence", "simple_identity", "simple_int8", "simple_sequence", "simple_string",
+        "simple_string_dyna_sequence",
+    ]
     assert all(m["state"] == "READY" for m in index)
     for call in (lambda: client.load_model("simple"), lambda: client.load_model("simple", config='{"max_batch_size":"16"}'),
                  lambda: client.unload_model("simple")):

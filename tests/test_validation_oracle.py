@@ -55,7 +55,6 @@ DEVIATIONS: dict[tuple[str, str], dict] = {
         "warning": "mapped to KIND_CPU with count 4",
         "why": "as instances_kind_gpu: 2 instances on each of 2 GPUs become 4 CPU instances",
     },
-    ("core", "sequence_batching"): {"expect": "unsupported", "contains": "sequence_batching", "why": "stateful models"},
     ("core", "backend_tensorrt"): {"expect": "unsupported", "contains": "backend 'tensorrt'", "why": "TensorRT"},
     ("core", "platform_libtorch"): {
         "expect": "failed",

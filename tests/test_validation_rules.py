@@ -184,10 +184,13 @@ def test_default_preferred_batch_size_and_queue_policy_pass(repo):
 def test_sequence_batching_controls_are_checked_before_refusing_the_model(repo):
     python_model(repo, "bad", 'sequence_batching { control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_FP32 } ] } ] }')
     python_model(repo, "good", 'sequence_batching { control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ] }')
+    python_model(repo, "stateful", 'sequence_batching { control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ] '
+                 'state [ { input_name: "S_IN" output_name: "S_OUT" data_type: TYPE_FP32 dims: [ 1 ] } ] }')
     result = compile_repository(repo)
     assert result.failures["bad"].message.startswith("unexpected data type for control CONTROL_SEQUENCE_CORRID for bad")
     assert not result.failures["bad"].unsupported
-    assert result.failures["good"].unsupported and "sticky routing" in result.failures["good"].message
+    assert "good" in result.models  # a python model's sequence batcher is served
+    assert result.failures["stateful"].unsupported and "implicit state" in result.failures["stateful"].message
 
 
 @pytest.mark.parametrize(

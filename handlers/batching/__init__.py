@@ -8,6 +8,7 @@
 - observer.py: the events statistics and metrics are built from
 - merge.py: concatenating a batch's inputs and splitting its outputs per request
 - batch_tensors.py: batch inputs and batch outputs (ragged batching), made from the batch itself
+- sequence_policy.py, sequence_batcher.py: the sequence batcher of stateful models (sequence_batching)
 """
 
 from .batcher import BatcherState, DynamicBatcher, ModelInstance, OnLoop
@@ -16,6 +17,8 @@ from .merge import batch_sizes, merge_inputs, requested_output_names, split_outp
 from .observer import BatcherObserver, BatchExecution, FailureReason
 from .policy import BatchingPolicy, QueuePolicy, TimeoutAction
 from .priority_queue import PendingRequest, PriorityQueue
+from .sequence_batcher import SequenceBatcher
+from .sequence_policy import SequencePolicy
 
 __all__ = [
     "BatchExecution",
@@ -30,6 +33,8 @@ __all__ = [
     "PendingRequest",
     "PriorityQueue",
     "QueuePolicy",
+    "SequenceBatcher",
+    "SequencePolicy",
     "TimeoutAction",
     "batch_sizes",
     "form_batch",

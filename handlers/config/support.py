@@ -14,17 +14,34 @@ from .errors import CODE_INTERNAL, CODE_UNSUPPORTED, ConfigError
 
 Config = Mapping[str, Any]
 
+# Backends whose models may use sequence_batching: their instances take the control tensors as inputs.
+SEQUENCE_BACKENDS = ("python", "onnxruntime", "onnxruntime_onnx")
+
 
 def check_supported(config: Config) -> None:
     """ConfigError with code CODE_UNSUPPORTED for a feature this product refuses."""
     name = config.get("name", "")
-    if "sequence_batching" in config:
-        raise ConfigError(
-            f"model '{name}' uses sequence_batching: stateful models need every request of a sequence "
-            "routed to the same instance (sticky routing), which serverless platforms do not provide; "
-            "keep the state in the client or an external store and use dynamic_batching",
-            code=CODE_UNSUPPORTED,
-        )
+    sequence = config.get("sequence_batching")
+    if sequence is not None:
+        backend = config.get("backend") or config.get("platform", "")
+        if backend not in SEQUENCE_BACKENDS:
+            raise ConfigError(
+                f"model '{name}' uses sequence_batching with backend '{backend}': stateful models are served for "
+                'backends "python" and "onnxruntime"',
+                code=CODE_UNSUPPORTED,
+            )
+        if (config.get("model_transaction_policy") or {}).get("decoupled", False):
+            raise ConfigError(
+                f"model '{name}' uses sequence_batching in a decoupled model: not supported yet; stateful models "
+                "that answer each request once are served",
+                code=CODE_UNSUPPORTED,
+            )
+        if sequence.get("state"):
+            raise ConfigError(
+                f"model '{name}' uses implicit state (sequence_batching {{ state }}): not supported; a python "
+                "model keeps its sequences' state itself, by correlation ID",
+                code=CODE_UNSUPPORTED,
+            )
     if (config.get("model_transaction_policy") or {}).get("decoupled", False):
         if config.get("platform") == "ensemble":
             raise ConfigError(decoupled_ensemble_message(name), code=CODE_UNSUPPORTED)

@@ -35,12 +35,13 @@ log = logging.getLogger("handlers.protocol.routes")
 # GET /v2 answers as tritonserver 2.51 does, because clients written for Triton check it
 # (tritonclient's simple_http_health_metadata.py requires name "triton"). The toolkit's own identity
 # goes in a field clients ignore (`toolkit_version`). The extensions are tritonserver 2.51's list, in
-# its order, less what this runtime does not implement (sequence, model_repository(unload_dependents),
+# its order, less what this runtime does not implement (model_repository(unload_dependents),
 # system_shared_memory, cuda_shared_memory, trace, logging): GET /v2 must not promise more.
 SERVER_NAME = "triton"
 SERVER_VERSION = "2.51.0"
 EXTENSIONS = [
     "classification",
+    "sequence",
     "model_repository",
     "schedule_policy",
     "model_configuration",

@@ -343,6 +343,19 @@ def target_warnings(target: Target, compiled: CompiledRepository, gpu_requested:
             "POST /v2/models/<name>/generate_stream until the service's request timeout ends the connection "
             "(toolkit deploy --timeout, up to 3600 s)"
         )
+    stateful = [n for n in sorted(compiled.models) if "sequence_batching" in compiled.models[n].config]
+    if stateful:
+        where = (
+            "AWS Lambda sends each invocation to any execution environment, so a sequence survives only with "
+            "reserved concurrency 1"
+            if target.name == "lambda"
+            else "keep them on one gRPC stream (one connection, one container), or deploy with one instance or "
+            "session affinity"
+        )
+        warnings.append(
+            f"{', '.join(stateful)}: stateful model(s) (sequence_batching) keep each sequence in one container; {where}; "
+            "a request that reaches another container is refused (must specify the START flag)"
+        )
     if target.request_limit_bytes:
         overhead = 4 / 3 if target.name == "lambda" else 1.0
         for name in sorted(compiled.models):

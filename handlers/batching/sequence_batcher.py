@@ -1,0 +1,380 @@
+"""The sequence batcher of one model version (`sequence_batching`): Triton's scheduler for stateful
+models (core's SequenceBatchScheduler with its DirectSequenceBatch / OldestSequenceBatch).
+
+Every request names its sequence by a correlation ID and flags its first and last request
+(`sequence_start`, `sequence_end`). A new sequence takes a free slot of one instance, or waits in
+the backlog (first come, first served) until a slot is released; all its requests then run on
+that instance, one at a time and in order, with the config's control tensors (sequence_policy.py)
+added to their inputs. A slot is released when its sequence's END request is taken into a batch,
+or when the sequence has been idle for `max_sequence_idle_microseconds` (the reaper thread):
+after that, a request of the sequence without START is refused.
+
+Each instance's worker forms its batches from its own slots, at most one request per slot:
+- direct: every slot with a request, in slot order; where a batching model's batch skips a slot,
+  a null request fills it (the inputs of a real request, zeroed, with READY false), so a
+  request's position in the batch is its slot. With `max_queue_delay_microseconds` and
+  `minimum_slot_utilization` it waits until enough slots are ready or the oldest has waited.
+- oldest: the oldest requests among the instance's candidate sequences, up to max_batch_size
+  (a preferred batch size when one is reached), waiting up to `max_queue_delay_microseconds`.
+
+Execution, statistics, metrics and the delivery of outcomes are the dynamic batcher's own
+(DynamicBatcher._execute), so every transport and the statistics see one kind of scheduler.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import invalid_argument
+from ..inference import InferOutcome, InferRequest
+from .batcher import BatcherState, Clock, DynamicBatcher, ModelInstance, _lower_thread_priority, _stopping
+from .observer import BatcherObserver, FailureReason
+from .priority_queue import Callback, PendingRequest
+from .sequence_policy import SEQUENCE_END, SEQUENCE_START, SequencePolicy
+
+log = logging.getLogger(__name__)
+
+_RELEASE = object()  # in a slot's queue: the reaper ended the slot's sequence here
+_BACKLOG_RECHECK_NS = 50_000_000  # an idle sequence still in the backlog is looked at again (Triton: 50 ms)
+
+
+class _Slot:
+    __slots__ = ("correlation_id", "index", "instance", "queue")
+
+    def __init__(self, instance: int, index: int) -> None:
+        self.instance = instance
+        self.index = index
+        self.correlation_id: int | str | None = None
+        self.queue: deque[Any] = deque()  # PendingRequest, or _RELEASE
+
+    def __lt__(self, other: _Slot) -> bool:  # free slots: the lowest index first, across instances
+        return (self.index, self.instance) < (other.index, other.instance)
+
+
+class _Backlog:
+    __slots__ = ("correlation_id", "queue")
+
+    def __init__(self, correlation_id: int | str) -> None:
+        self.correlation_id = correlation_id
+        self.queue: deque[PendingRequest] = deque()
+
+
+class _Padded:
+    """An instance seen through a direct batch's slot layout: the real requests at their slots,
+    null requests in the gaps; only the real requests' outcomes come back."""
+
+    def __init__(self, instance: ModelInstance, positions: list[int], nulls: dict[int, InferRequest]) -> None:
+        self._instance = instance
+        self._positions = positions
+        self._nulls = nulls
+
+    @property
+    def name(self) -> str:
+        return self._instance.name
+
+    def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
+        layout: list[InferRequest | None] = [None] * (len(self._positions) + len(self._nulls))
+        for position, request in zip(self._positions, requests):
+            layout[position] = request
+        for position, null in self._nulls.items():
+            layout[position] = null
+        outcomes = self._instance.execute(layout)  # type: ignore[arg-type]
+        if len(outcomes) != len(layout):
+            return outcomes  # the batcher reports the miscount
+        return [outcomes[position] for position in self._positions]
+
+
+class SequenceBatcher(DynamicBatcher):
+    def __init__(
+        self,
+        model_name: str,
+        config: Mapping[str, Any],
+        instances: Sequence[ModelInstance],
+        *,
+        observer: BatcherObserver | None = None,
+        clock: Clock = time.monotonic_ns,
+    ) -> None:
+        super().__init__(model_name, config, instances, observer=observer, clock=clock)
+        self.sequence = SequencePolicy.from_model_config(config)
+        count = self.sequence.slots_per_instance
+        self._slots = [[_Slot(i, k) for k in range(count)] for i in range(len(self.instances))]
+        self._free = [slot for slots in self._slots for slot in slots]
+        heapq.heapify(self._free)
+        self._active: dict[int | str, _Slot] = {}  # sequence -> its slot, until its END is queued
+        self._backlog: deque[_Backlog] = deque()
+        self._backlogged: dict[int | str, _Backlog] = {}  # sequence -> its backlog, until its END is queued
+        self._seen: dict[int | str, int] = {}  # sequence -> when its last request arrived (ns)
+        self._ready = [threading.Condition(self._lock) for _ in self.instances]
+        self._reaper_wake = threading.Condition(self._lock)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        with self._lock:
+            if self._state is not BatcherState.CREATED:
+                raise RuntimeError(f"batcher of model '{self.model_name}' is {self._state.value.lower()}")
+            self._state = BatcherState.RUNNING
+            for index, instance in enumerate(self.instances):
+                self._threads.append(threading.Thread(
+                    target=self._work_slots, args=(index,), name=f"sequence-{self.model_name}-{instance.name}",
+                    daemon=True,
+                ))
+            self._threads.append(threading.Thread(target=self._reap, name=f"sequence-reaper-{self.model_name}", daemon=True))
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, drain: bool = True, timeout: float | None = None) -> bool:
+        """Refuse new requests (UNAVAILABLE: tritonserver refuses only new sequences then) and stop.
+        With `drain` the queued requests still run, backlogged sequences as slots free up;
+        otherwise they fail with UNAVAILABLE."""
+        dropped: list[PendingRequest] = []
+        with self._lock:
+            if self._state in (BatcherState.CREATED, BatcherState.RUNNING):
+                self._drain = drain
+            elif not drain:
+                self._drain = False
+            self._state = BatcherState.STOPPING
+            if not (self._drain and self._threads):
+                for slots in self._slots:
+                    for slot in slots:
+                        dropped.extend(p for p in slot.queue if p is not _RELEASE)
+                        slot.queue.clear()
+                for backlog in self._backlog:
+                    dropped.extend(backlog.queue)
+                self._backlog.clear()
+                self._backlogged.clear()
+            for condition in (*self._ready, self._reaper_wake):
+                condition.notify_all()
+        for pending in dropped:
+            pending.queued = False
+            self._fail_queued(pending, _stopping(pending.request), FailureReason.OTHER)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        stopped = not any(t.is_alive() for t in self._threads if t is not threading.current_thread())
+        if stopped:
+            with self._lock:
+                self._state = BatcherState.STOPPED
+        return stopped
+
+    # -- submitting -------------------------------------------------------------------------------
+
+    def submit(self, request: InferRequest, callback: Callback) -> PendingRequest:
+        """Queue a request of a sequence (SequenceBatchScheduler::Enqueue); raises InferenceError
+        when it cannot be queued."""
+        name = self.model_name
+        if self.sequence.batching_model and request.batch_size > 1:
+            raise invalid_argument(
+                f"inference request to model '{name}' must specify batch-size 1 due to requirements of sequence batcher"
+            )
+        correlation_id = request.correlation_id
+        if correlation_id == 0 or correlation_id == "":
+            raise invalid_argument(f"inference request to model '{name}' must specify a non-zero or non-empty correlation ID")
+        start = bool(request.flags & SEQUENCE_START)
+        end = bool(request.flags & SEQUENCE_END)
+        now = self._clock()
+        if request.queue_start_ns == 0:
+            request.queue_start_ns = now
+        pending = PendingRequest(request, callback, 1, 0, now, 0, self._cannot_cancel)
+        with self._lock:
+            if self._state is BatcherState.STOPPING or self._state is BatcherState.STOPPED:
+                raise _stopping(request)
+            slot = self._active.get(correlation_id)
+            backlog = self._backlogged.get(correlation_id) if slot is None else None
+            if not start and slot is None and backlog is None:
+                raise invalid_argument(
+                    f"inference request for sequence {correlation_id} to model '{name}' must specify the START flag on "
+                    "the first request of the sequence"
+                )
+            if start and (slot is not None or backlog is not None):
+                log.warning(
+                    "sequence %s for model '%s' has a conflict. The previous sequence did not end before this sequence "
+                    "start. Previous sequence will be terminated early.", correlation_id, name,
+                )
+            if correlation_id not in self._seen:
+                self._reaper_wake.notify()
+            self._seen[correlation_id] = now
+            if slot is None and backlog is None:
+                if self._free:
+                    slot = heapq.heappop(self._free)
+                    slot.correlation_id = correlation_id
+                    self._active[correlation_id] = slot
+                else:
+                    backlog = _Backlog(correlation_id)
+                    self._backlog.append(backlog)
+                    self._backlogged[correlation_id] = backlog
+            if slot is not None:
+                slot.queue.append(pending)
+                if end:
+                    del self._active[correlation_id]
+                self._ready[slot.instance].notify()
+            else:
+                assert backlog is not None
+                backlog.queue.append(pending)
+                if end:
+                    del self._backlogged[correlation_id]
+            if self._observer is not None:
+                self._notify(self._observer.request_queued, request)
+        return pending
+
+    def queued(self) -> int:
+        with self._lock:
+            in_slots = sum(1 for slots in self._slots for slot in slots for p in slot.queue if p is not _RELEASE)
+            return in_slots + sum(len(b.queue) for b in self._backlog)
+
+    def _cannot_cancel(self, pending: PendingRequest) -> bool:
+        """A queued request of a sequence is not taken out: the requests after it expect it ran."""
+        return False
+
+    # -- slots ------------------------------------------------------------------------------------
+
+    def _release(self, slot: _Slot) -> None:
+        """Called with the lock held: the slot's sequence is over; the oldest backlogged sequence
+        takes the slot, or it becomes free."""
+        slot.correlation_id = None
+        if self._backlog:
+            backlog = self._backlog.popleft()
+            slot.correlation_id = backlog.correlation_id
+            slot.queue.extend(backlog.queue)
+            if self._backlogged.get(backlog.correlation_id) is backlog:
+                del self._backlogged[backlog.correlation_id]
+                self._active[backlog.correlation_id] = slot
+            self._ready[slot.instance].notify()
+        else:
+            heapq.heappush(self._free, slot)
+
+    # -- workers ----------------------------------------------------------------------------------
+
+    def _work_slots(self, index: int) -> None:
+        _lower_thread_priority(self._niceness)
+        instance = self.instances[index]
+        while True:
+            with self._lock:
+                layout = self._next_layout(index)
+            if layout is None:
+                return
+            self._run(instance, layout)
+
+    def _next_layout(self, index: int) -> list[tuple[int, PendingRequest]] | None:
+        """Called with the lock held: (slot position, request) of this instance's next batch, or
+        None when the worker should leave."""
+        slots = self._slots[index]
+        condition = self._ready[index]
+        policy = self.sequence
+        while True:
+            for slot in slots:
+                while slot.queue and slot.queue[0] is _RELEASE:
+                    slot.queue.popleft()
+                    self._release(slot)
+            heads = [slot for slot in slots if slot.queue]
+            stopping = self._state is BatcherState.STOPPING
+            if not heads:
+                if stopping and not self._backlog:
+                    return None
+                condition.wait()
+                continue
+            if not stopping:
+                wait_ns = self._wait_ns(heads)
+                if wait_ns > 0:
+                    condition.wait(wait_ns / 1e9)
+                    continue
+            if policy.strategy == "oldest":
+                heads.sort(key=lambda s: s.queue[0].enqueue_ns)
+                heads = heads[: self._oldest_size(len(heads))]
+            layout: list[tuple[int, PendingRequest]] = []
+            for position, slot in enumerate(heads):
+                pending = slot.queue.popleft()
+                pending.queued = False
+                layout.append((slot.index if policy.strategy == "direct" else position, pending))
+                if pending.request.flags & SEQUENCE_END and not slot.queue:
+                    self._release(slot)
+            return layout
+
+    def _oldest_size(self, ready: int) -> int:
+        policy = self.sequence
+        limit = min(ready, max(1, policy.max_batch_size))
+        preferred = [size for size in policy.preferred_batch_sizes if size <= limit]
+        return preferred[-1] if preferred and limit < max(1, policy.max_batch_size) else limit
+
+    def _wait_ns(self, heads: list[_Slot]) -> int:
+        """How long the worker still waits for more of its slots to be ready (0: run now)."""
+        policy = self.sequence
+        delay_ns = policy.max_queue_delay_us * 1000
+        if delay_ns == 0:
+            return 0
+        waited = self._clock() - min(slot.queue[0].enqueue_ns for slot in heads)
+        if waited >= delay_ns:
+            return 0
+        if policy.strategy == "direct":
+            if policy.minimum_slot_utilization == 0.0 or len(heads) / policy.slots_per_instance >= policy.minimum_slot_utilization:
+                return 0
+        else:
+            full = min(policy.slots_per_instance, max(1, policy.max_batch_size))
+            if len(heads) >= full or any(size <= len(heads) for size in policy.preferred_batch_sizes):
+                return 0
+        return delay_ns - waited
+
+    def _run(self, instance: ModelInstance, layout: list[tuple[int, PendingRequest]]) -> None:
+        policy = self.sequence
+        batch = [pending for _, pending in layout]
+        for pending in batch:
+            pending.request.inputs.update(policy.controls_for(pending.request))
+        positions = [position for position, _ in layout]
+        if policy.strategy == "direct" and policy.batching_model and positions != list(range(len(positions))):
+            template = batch[0].request
+            nulls = {p: self._null_request(template) for p in range(max(positions) + 1) if p not in positions}
+            instance = _Padded(instance, positions, nulls)
+        else:
+            order = sorted(range(len(layout)), key=lambda i: positions[i])
+            batch = [batch[i] for i in order]
+        self._execute(instance, batch)
+
+    def _null_request(self, template: InferRequest) -> InferRequest:
+        """InferenceRequest::CopyAsNull: the template's inputs with zeroed data, READY false."""
+        controls = {control.name for control in self.sequence.controls}
+        inputs = {
+            name: (np.full(array.shape, b"", dtype=object) if array.dtype == object else np.zeros_like(array))
+            for name, array in template.inputs.items()
+            if name not in controls
+        }
+        null = InferRequest(template.model_name, template.model_version, inputs,
+                            requested_outputs=template.requested_outputs, batch_size=1)
+        null.inputs.update(self.sequence.controls_for(null, ready=False))
+        return null
+
+    # -- the reaper -------------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        """Release the slot of every sequence idle for longer than max_sequence_idle_microseconds
+        (SequenceBatchScheduler::ReaperThread)."""
+        idle_ns = self.sequence.idle_us * 1000
+        with self._lock:
+            while self._state is BatcherState.RUNNING:
+                now = self._clock()
+                wait_ns = idle_ns
+                for correlation_id, seen in list(self._seen.items()):
+                    left = idle_ns - (now - seen)
+                    if left > 0:
+                        wait_ns = min(wait_ns, left)
+                        continue
+                    slot = self._active.pop(correlation_id, None)
+                    if slot is not None:
+                        log.info("sequence %s of model '%s' idle for over %d us: its slot is released",
+                                 correlation_id, self.model_name, self.sequence.idle_us)
+                        del self._seen[correlation_id]
+                        slot.queue.append(_RELEASE)
+                        self._ready[slot.instance].notify()
+                    elif correlation_id in self._backlogged:
+                        wait_ns = min(wait_ns, _BACKLOG_RECHECK_NS)
+                    else:
+                        del self._seen[correlation_id]
+                self._reaper_wake.wait(wait_ns / 1e9)

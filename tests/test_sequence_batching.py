@@ -1,0 +1,366 @@
+"""Stateful models: `sequence_batching` (handlers/batching/sequence_batcher.py).
+
+First what tritonclient's own sequence examples check (simple_{http,grpc}_sequence_sync_infer_client,
+simple_grpc{,_aio}_sequence_stream_infer_client, with and without `-d`), against `toolkit serve`
+on samples/triton-examples' sequence models (the ONNX simple_sequence and simple_dyna_sequence of
+Triton's example repository, and a python simple_string_dyna_sequence), with the real tritonclient
+over HTTP, gRPC and a gRPC stream. Run unchanged from a client checkout they print PASS
+(docs/triton-compatibility.md). Then the scheduler's rules with a python model that reports what
+it was given: control tensor values, Triton's errors, the idle timeout, the backlog, direct slots
+with null requests, and oldest batching."""
+
+from __future__ import annotations
+
+import queue
+import textwrap
+import threading
+import time
+import uuid
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from python_models.repository import python_model
+from tritonclient.utils import InferenceServerException
+
+from handlers.batching.sequence_policy import SEQUENCE_END, SEQUENCE_START, SequencePolicy
+from handlers.inference import InferRequest
+from serving import ROOT, serve
+from toolkit.build.report import target_warnings
+from toolkit.build.targets import TARGETS
+from toolkit.repository.compile import compile_repository
+from toolkit.repository.model_config import parse_config_text, to_triton_json
+
+EXAMPLES = ROOT / "samples" / "triton-examples"
+VALUES = [11, 7, 5, 3, 2, 0, 1]
+
+
+@pytest.fixture(scope="module")
+def examples():
+    with serve(EXAMPLES, "--device", "cpu") as running:
+        yield running
+
+
+def _expected(dyna: bool, sequence_id: int, first: int, sign: int) -> list[int]:
+    """The examples' expectations for an integer sequence: the first request adds 1 (START);
+    with `-d` the last adds the correlation ID."""
+    expected = [first + 1] + [sign * v for v in VALUES]
+    if dyna:
+        expected[-1] += sequence_id
+    return expected
+
+
+def _string_expected(dyna: bool, results: list[int], sequence_id: str) -> list[int]:
+    if not dyna:
+        return [21] + [-v for v in VALUES]
+    expected = [20]
+    for i, v in enumerate(VALUES, start=1):
+        expected.append(-v + results[i - 1])
+    expected[-1] += int(sequence_id)
+    return expected
+
+
+def _http_send(client, model: str, values: list[int], sequence_id) -> list[int]:
+    results = []
+    for count, value in enumerate(values, start=1):
+        tensor = httpclient.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+        result = client.infer(model, [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT")],
+                              sequence_id=sequence_id, sequence_start=count == 1, sequence_end=count == len(values))
+        results.append(int(result.as_numpy("OUTPUT")[0][0]))
+    return results
+
+
+@pytest.mark.parametrize("dyna", [False, True], ids=["simple_sequence", "dyna"])
+def test_the_http_sequence_example(examples, dyna):
+    client = httpclient.InferenceServerClient(examples.url)
+    try:
+        model = "simple_dyna_sequence" if dyna else "simple_sequence"
+        string_model = "simple_string_dyna_sequence" if dyna else "simple_sequence"
+        string_id = "1002" if dyna else str(uuid.uuid4())
+        first = _http_send(client, model, [0, *VALUES], 1000)
+        second = _http_send(client, model, [100, *(-v for v in VALUES)], 1001)
+        strings = _http_send(client, string_model, [20, *(-v for v in VALUES)], string_id)
+    finally:
+        client.close()
+    assert first == _expected(dyna, 1000, 0, 1)
+    assert second == _expected(dyna, 1001, 100, -1)
+    assert strings == _string_expected(dyna, strings, string_id)
+
+
+@pytest.mark.parametrize("dyna", [False, True], ids=["simple_sequence", "dyna"])
+def test_the_grpc_stream_sequence_example(examples, dyna):
+    """simple_grpc_sequence_stream_infer_client: three sequences interleaved on one stream."""
+    client = grpcclient.InferenceServerClient(examples.grpc)
+    answers: queue.Queue = queue.Queue()
+    client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), answers))
+    model = "simple_dyna_sequence" if dyna else "simple_sequence"
+    string_model = "simple_string_dyna_sequence" if dyna else "simple_sequence"
+    string_id = "1002" if dyna else str(uuid.uuid4())
+    sequences = [(model, 1000, [0, *VALUES]), (model, 1001, [100, *(-v for v in VALUES)]),
+                 (string_model, string_id, [20, *(-v for v in VALUES)])]
+    try:
+        for step in range(len(VALUES) + 1):
+            for name, sequence_id, values in sequences:
+                tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+                tensor.set_data_from_numpy(np.full((1, 1), values[step], np.int32))
+                client.async_stream_infer(name, [tensor], request_id=f"{sequence_id}_{step}", sequence_id=sequence_id,
+                                          sequence_start=step == 0, sequence_end=step == len(VALUES))
+        results: dict[str, dict[int, int]] = {}
+        for _ in range(3 * (len(VALUES) + 1)):
+            result = answers.get(timeout=30)
+            assert not isinstance(result, Exception), result
+            sequence_id, step = result.get_response().id.rsplit("_", 1)
+            results.setdefault(sequence_id, {})[int(step)] = int(result.as_numpy("OUTPUT")[0][0])
+    finally:
+        client.stop_stream()
+        client.close()
+    ordered = {k: [v[i] for i in range(len(VALUES) + 1)] for k, v in results.items()}
+    assert ordered["1000"] == _expected(dyna, 1000, 0, 1)
+    assert ordered["1001"] == _expected(dyna, 1001, 100, -1)
+    assert ordered[string_id] == _string_expected(dyna, ordered[string_id], string_id)
+
+
+def test_the_grpc_sync_sequence_example_and_its_errors(examples):
+    client = grpcclient.InferenceServerClient(examples.grpc)
+    try:
+        def send(value, sequence_id, start=False, end=False):
+            tensor = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+            tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+            return int(client.infer("simple_sequence", [tensor], sequence_id=sequence_id, sequence_start=start,
+                                    sequence_end=end).as_numpy("OUTPUT")[0][0])
+
+        assert [send(5, 77, start=True), send(6, 77), send(7, 77, end=True)] == [6, 6, 7]
+        with pytest.raises(InferenceServerException) as caught:
+            send(1, 77)  # the sequence ended
+        assert "inference request for sequence 77 to model 'simple_sequence' must specify the START flag on the " \
+               "first request of the sequence" in str(caught.value)
+        assert "INVALID_ARGUMENT" in str(caught.value.status())
+        with pytest.raises(InferenceServerException) as caught:
+            send(1, 0, start=True)
+        assert "inference request to model 'simple_sequence' must specify a non-zero or non-empty correlation ID" \
+               in str(caught.value)
+        tensor = grpcclient.InferInput("INPUT", [2, 1], "INT32")
+        tensor.set_data_from_numpy(np.ones((2, 1), np.int32))
+        with pytest.raises(InferenceServerException) as caught:
+            client.infer("simple_sequence", [tensor], sequence_id=78, sequence_start=True)
+        assert "must specify batch-size 1 due to requirements of sequence batcher" in str(caught.value)
+    finally:
+        client.close()
+
+
+# -- the rules, with a python model that reports what it was given ---------------------------------
+
+REPORTER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        out = []
+        for position, request in enumerate(requests):
+            get = lambda n: pb_utils.get_input_tensor_by_name(request, n).as_numpy().reshape(-1)[0]
+            start, end, ready, corrid = int(get("START")), int(get("END")), int(get("READY")), int(get("CORRID"))
+            total = 0
+            if ready:
+                self.sums[corrid] = (0 if start else self.sums.get(corrid, 0)) + int(get("IN"))
+                total = self.sums[corrid]
+            seen = [start, end, ready, corrid, len(requests), position]
+            out.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("OUT", np.array(SHAPE_OUT, np.int32).reshape(SHAPE)),
+                pb_utils.Tensor("SEEN", np.array(seen, np.int64).reshape(SEEN_SHAPE))]))
+        return out
+"""
+CONTROLS = """
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] },
+    { name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] },
+    { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+"""
+
+
+def _reporter(repo: Path, name: str, max_batch_size: int, scheduling: str) -> None:
+    batched = max_batch_size > 0
+    source = REPORTER.replace("SHAPE_OUT", "[total]").replace("SEEN_SHAPE", "(1, 6)" if batched else "(6,)").replace(
+        "SHAPE", "(1, 1)" if batched else "(1,)")
+    python_model(repo, name, None, textwrap.dedent(f"""
+        name: "{name}"
+        backend: "python"
+        max_batch_size: {max_batch_size}
+        input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+        output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }}, {{ name: "SEEN" data_type: TYPE_INT64 dims: [ 6 ] }} ]
+        sequence_batching {{
+          {scheduling}
+          {CONTROLS}
+        }}
+        """), source=source)
+
+
+@pytest.fixture(scope="module")
+def reporters(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("sequences") / "models"
+    _reporter(repo, "single", 0, "max_sequence_idle_microseconds: 300000")
+    _reporter(repo, "one_slot", 0, "max_sequence_idle_microseconds: 5000000")
+    _reporter(repo, "slots", 2, "max_sequence_idle_microseconds: 5000000 "
+                                "direct { max_queue_delay_microseconds: 200000 minimum_slot_utilization: 1.0 }")
+    _reporter(repo, "oldest", 4, "max_sequence_idle_microseconds: 5000000 "
+                                 "oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 300000 }")
+    with serve(repo, "--device", "cpu") as running:
+        yield running
+
+
+def _send(server, model: str, value: int, sequence_id, *, start=False, end=False, batched=False):
+    client = httpclient.InferenceServerClient(server.url)
+    try:
+        shape = [1, 1] if batched else [1]
+        tensor = httpclient.InferInput("IN", shape, "INT32")
+        tensor.set_data_from_numpy(np.full(shape, value, np.int32))
+        result = client.infer(model, [tensor], sequence_id=sequence_id, sequence_start=start, sequence_end=end)
+        return int(result.as_numpy("OUT").reshape(-1)[0]), result.as_numpy("SEEN").reshape(-1).tolist()
+    finally:
+        client.close()
+
+
+def test_each_request_gets_its_control_tensors(reporters):
+    assert _send(reporters, "single", 5, 41, start=True) == (5, [1, 0, 1, 41, 1, 0])
+    assert _send(reporters, "single", 3, 41) == (8, [0, 0, 1, 41, 1, 0])
+    assert _send(reporters, "single", 2, 41, end=True) == (10, [0, 1, 1, 41, 1, 0])
+    assert _send(reporters, "single", 7, 42, start=True, end=True) == (7, [1, 1, 1, 42, 1, 0])
+
+
+def test_an_idle_sequence_loses_its_slot(reporters):
+    """max_sequence_idle_microseconds 300000: after 0.8 s without a request the sequence is over."""
+    _send(reporters, "single", 1, 43, start=True)
+    time.sleep(0.8)
+    with pytest.raises(InferenceServerException) as caught:
+        _send(reporters, "single", 1, 43)
+    assert "must specify the START flag on the first request of the sequence" in str(caught.value)
+    assert _send(reporters, "single", 4, 43, start=True)[0] == 4  # it may start again
+
+
+def test_a_sequence_without_a_free_slot_waits_in_the_backlog_until_one_ends(reporters):
+    """One instance without batching has one slot: B's first request waits until A has ended."""
+    _send(reporters, "one_slot", 1, 51, start=True)
+    answered = threading.Event()
+    b_result: list = []
+
+    def start_b():
+        b_result.append(_send(reporters, "one_slot", 100, 52, start=True))
+        answered.set()
+
+    thread = threading.Thread(target=start_b)
+    thread.start()
+    assert not answered.wait(0.5)  # A still holds the only slot
+    assert _send(reporters, "one_slot", 2, 51)[0] == 3
+    assert _send(reporters, "one_slot", 3, 51, end=True)[0] == 6
+    assert answered.wait(10)
+    thread.join()
+    assert b_result == [(100, [1, 0, 1, 52, 1, 0])]
+    assert _send(reporters, "one_slot", 1, 52, end=True)[0] == 101
+
+
+def test_direct_slots_keep_their_position_and_null_requests_fill_the_gaps(reporters):
+    """max_batch_size 2 gives the instance two slots. Sequence 61 takes slot 0, 62 slot 1; with
+    minimum_slot_utilization 1.0 and a 200 ms delay a batch waits for both slots, then runs
+    whatever is ready: when only 62 has a request, slot 0 holds a null request (READY 0)."""
+    with_both = {}
+
+    def send(key, *args, **kwargs):
+        with_both[key] = _send(reporters, "slots", *args, batched=True, **kwargs)
+
+    first = [threading.Thread(target=send, args=("a", 1, 61), kwargs={"start": True}),
+             threading.Thread(target=send, args=("b", 10, 62), kwargs={"start": True})]
+    first[0].start()
+    time.sleep(0.05)  # 61 arrives first and takes slot 0; its batch waits for slot 1 (up to 200 ms)
+    first[1].start()
+    for thread in first:
+        thread.join()
+    assert with_both["a"] == (1, [1, 0, 1, 61, 2, 0])  # both in one batch of 2, at their slots
+    assert with_both["b"] == (10, [1, 0, 1, 62, 2, 1])
+    # only 62 has a request: after the 200 ms delay it runs at slot 1, a null request at slot 0
+    assert _send(reporters, "slots", 5, 62, end=True, batched=True) == (15, [0, 1, 1, 62, 2, 1])
+    assert _send(reporters, "slots", 2, 61, end=True, batched=True) == (3, [0, 1, 1, 61, 1, 0])
+
+
+def test_oldest_batches_the_oldest_requests_of_several_sequences(reporters):
+    results = {}
+
+    def send(sequence_id):
+        results[sequence_id] = _send(reporters, "oldest", sequence_id, sequence_id, start=True, end=True, batched=True)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in (71, 72, 73, 74)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # four candidate sequences, max_batch_size 4: one batch of four
+    assert sorted(r[1][4] for r in results.values()) == [4, 4, 4, 4]
+    assert sorted(r[1][5] for r in results.values()) == [0, 1, 2, 3]
+    assert all(results[i][0] == i for i in results)
+
+
+def test_the_statistics_count_sequence_requests(reporters):
+    client = httpclient.InferenceServerClient(reporters.url)
+    try:
+        stats = client.get_inference_statistics("single")["model_stats"][0]
+        assert stats["inference_stats"]["success"]["count"] >= 4
+        assert stats["execution_count"] >= 4
+    finally:
+        client.close()
+
+
+# -- control tensors --------------------------------------------------------------------------------
+
+
+def _policy(controls: str, max_batch_size: int = 0) -> SequencePolicy:
+    config = to_triton_json(parse_config_text(f'name: "m" backend: "python" max_batch_size: {max_batch_size} '
+                                              f"sequence_batching {{ {controls} }}"))
+    return SequencePolicy.from_model_config(config)
+
+
+def test_control_tensors_take_each_kinds_values_and_type():
+    policy = _policy("""control_input [
+        { name: "S" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ -1.5, 2.5 ] } ] },
+        { name: "E" control [ { kind: CONTROL_SEQUENCE_END bool_false_true: [ false, true ] } ] },
+        { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_INT32 } ] } ]""", max_batch_size=4)
+    request = InferRequest("m", 1, {}, correlation_id=(1 << 32) + 5, flags=SEQUENCE_START)
+    tensors = policy.controls_for(request)
+    assert tensors["S"].dtype == np.float32 and tensors["S"].tolist() == [[2.5]]
+    assert tensors["E"].dtype == np.bool_ and tensors["E"].tolist() == [[False]]
+    assert tensors["C"].dtype == np.int32 and tensors["C"].tolist() == [[5]]  # the id's low 32 bits, as Triton copies it
+    null = policy.controls_for(InferRequest("m", 1, {}, correlation_id=9, flags=SEQUENCE_END), ready=False)
+    assert null["S"].tolist() == [[-1.5]] and null["E"].tolist() == [[False]] and null["C"].tolist() == [[0]]
+
+
+def test_a_string_corrid_is_sent_as_bytes():
+    policy = _policy('control_input [ { name: "C" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING } ] } ]')
+    tensor = policy.controls_for(InferRequest("m", 1, {}, correlation_id="abc-1", flags=SEQUENCE_END))["C"]
+    assert tensor.dtype == object and tensor.tolist() == [b"abc-1"]
+
+
+def test_the_strategies_and_their_slots():
+    direct = _policy("", max_batch_size=4)
+    assert (direct.strategy, direct.slots_per_instance, direct.idle_us) == ("direct", 4, 1_000_000)
+    oldest = _policy("max_sequence_idle_microseconds: 250 oldest { max_candidate_sequences: 16 preferred_batch_size: [ 2, 4 ] }",
+                     max_batch_size=4)
+    assert (oldest.strategy, oldest.slots_per_instance, oldest.idle_us, oldest.preferred_batch_sizes) == (
+        "oldest", 16, 250, (2, 4))
+
+
+def test_the_build_says_where_a_sequence_stays_in_one_container():
+    compiled = compile_repository(EXAMPLES, models=["simple_sequence", "simple"])
+    assert compiled.ok, compiled.failures
+    on_lambda = " ".join(target_warnings(TARGETS["lambda"], compiled, []))
+    assert "simple_sequence: stateful model(s) (sequence_batching) keep each sequence in one container" in on_lambda
+    assert "reserved concurrency 1" in on_lambda and "simple," not in on_lambda
+    on_cloudrun = " ".join(target_warnings(TARGETS["cloudrun"], compiled, []))
+    assert "one gRPC stream" in on_cloudrun and "session affinity" in on_cloudrun
