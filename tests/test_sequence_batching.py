@@ -21,9 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from cli_runner import invoke
 from python_models.repository import python_model
+from torch_models import save_script, write_model
 from tritonclient.utils import InferenceServerException
 
 from handlers.batching.sequence_policy import SEQUENCE_END, SEQUENCE_START, SequencePolicy
@@ -364,3 +367,50 @@ def test_the_build_says_where_a_sequence_stays_in_one_container():
     assert "reserved concurrency 1" in on_lambda and "simple," not in on_lambda
     on_cloudrun = " ".join(target_warnings(TARGETS["cloudrun"], compiled, []))
     assert "one gRPC stream" in on_cloudrun and "session affinity" in on_cloudrun
+
+
+class Stepper(torch.nn.Module):
+    """OUTPUT__0 = READY * (INPUT + START + END * CORRID), the controls named <name>__<index>."""
+
+    def forward(self, INPUT__0, START__1, END__2, READY__3, CORRID__4):  # noqa: N803 (Triton's names)
+        return READY__3 * (INPUT__0 + START__1 + END__2 * CORRID__4.to(torch.int32))
+
+
+TORCH_CONTROLS = CONTROLS.replace('"START"', '"START__1"').replace('"END"', '"END__2"').replace(
+    '"READY"', '"READY__3"').replace('"CORRID"', '"CORRID__4"').replace("TYPE_UINT64", "TYPE_INT64")
+
+
+def _torch_sequence(repo: Path, name: str, controls: str) -> None:
+    write_model(repo, name, textwrap.dedent(f"""
+        name: "{name}"
+        platform: "pytorch_libtorch"
+        max_batch_size: 8
+        input [ {{ name: "INPUT__0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+        output [ {{ name: "OUTPUT__0" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+        sequence_batching {{ {controls} }}
+        """), lambda path: save_script(Stepper(), path))
+
+
+def test_a_torchscript_sequence_model_takes_its_controls_by_index(tmp_path):
+    repo = tmp_path / "models"
+    _torch_sequence(repo, "stepper", TORCH_CONTROLS)
+    with serve(repo, "--device", "cpu") as running:
+        client = grpcclient.InferenceServerClient(running.grpc)
+        try:
+            def send(value, start=False, end=False):
+                tensor = grpcclient.InferInput("INPUT__0", [1, 1], "INT32")
+                tensor.set_data_from_numpy(np.full((1, 1), value, np.int32))
+                result = client.infer("stepper", [tensor], sequence_id=500, sequence_start=start, sequence_end=end)
+                return int(result.as_numpy("OUTPUT__0")[0][0])
+
+            assert [send(10, start=True), send(20), send(30, end=True)] == [11, 20, 530]
+        finally:
+            client.close()
+
+
+def test_a_torchscript_control_without_an_index_is_refused_with_the_backends_message(tmp_path):
+    repo = tmp_path / "models"
+    _torch_sequence(repo, "stepper", TORCH_CONTROLS.replace('"END__2"', '"END"'))
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code != 0
+    assert "input 'END' does not follow <name>__<index> naming convention." in result.output

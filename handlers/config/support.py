@@ -15,7 +15,7 @@ from .errors import CODE_INTERNAL, CODE_UNSUPPORTED, ConfigError
 Config = Mapping[str, Any]
 
 # Backends whose models may use sequence_batching: their instances take the control tensors as inputs.
-SEQUENCE_BACKENDS = ("python", "onnxruntime", "onnxruntime_onnx")
+SEQUENCE_BACKENDS = ("python", "onnxruntime", "onnxruntime_onnx", "pytorch", "pytorch_libtorch")
 
 
 def check_supported(config: Config) -> None:
@@ -27,7 +27,7 @@ def check_supported(config: Config) -> None:
         if backend not in SEQUENCE_BACKENDS:
             raise ConfigError(
                 f"model '{name}' uses sequence_batching with backend '{backend}': stateful models are served for "
-                'backends "python" and "onnxruntime"',
+                'backends "python", "onnxruntime" and "pytorch"',
                 code=CODE_UNSUPPORTED,
             )
         if (config.get("model_transaction_policy") or {}).get("decoupled", False):

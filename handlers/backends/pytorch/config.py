@@ -247,7 +247,8 @@ def input_layout(config: dict[str, Any], signature: Signature | None, warnings: 
     model = config.get("name", "")
     inputs = config.get("input", [])
     batching = int(config.get("max_batch_size", 0)) > 0
-    expected = len(inputs) + len(config.get("batch_input", []))
+    controls = _sequence_controls(config)
+    expected = len(inputs) + len(config.get("batch_input", [])) + len(controls)
     arguments = signature.inputs if signature is not None else None
     dict_input = False
     allowed: list[str] = []
@@ -292,10 +293,26 @@ def input_layout(config: dict[str, Any], signature: Signature | None, warnings: 
             positions[name] = position
         _check_datatype(io, "input", model, batching)
     _place_batch_inputs(config, positions, allowed, convention, dict_input)
+    positions.update(controls)
     arity = len(arguments) if arguments is not None else len(inputs)
     if not dict_input and convention is not None:
         _check_positions(positions, arity, model, convention)
     return InputLayout(dict_input, positions, arity, convention)
+
+
+def _sequence_controls(config: dict[str, Any]) -> dict[str, int]:
+    """ValidateBooleanSequenceControl / ValidateTypedSequenceControl: each control tensor of
+    `sequence_batching` is a forward argument named `<name>__<index>`, at that index."""
+    names: list[str] = []
+    for control_input in (config.get("sequence_batching") or {}).get("control_input", []):
+        if control_input.get("control") and control_input.get("name", "") not in names:
+            names.append(control_input.get("name", ""))
+    positions: dict[str, int] = {}
+    for name in names:
+        if _index_suffix(name) is None:
+            raise ConfigError(f"input '{name}' does not follow <name>__<index> naming convention.")
+        positions[name] = _index(name)
+    return positions
 
 
 def _place_batch_inputs(
