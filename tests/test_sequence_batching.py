@@ -29,8 +29,10 @@ from python_models.repository import python_model
 from torch_models import save_script, write_model
 from tritonclient.utils import InferenceServerException
 
+from handlers.batching.sequence_batcher import SequenceBatcher
 from handlers.batching.sequence_policy import SEQUENCE_END, SEQUENCE_START, SequencePolicy
-from handlers.inference import InferRequest
+from handlers.errors import InferenceError
+from handlers.inference import InferRequest, InferResponse
 from serving import ROOT, serve
 from toolkit.build.report import target_warnings
 from toolkit.build.targets import TARGETS
@@ -414,3 +416,83 @@ def test_a_torchscript_control_without_an_index_is_refused_with_the_backends_mes
     result = invoke(["validate", str(repo)])
     assert result.exit_code != 0
     assert "input 'END' does not follow <name>__<index> naming convention." in result.output
+
+
+# -- the batcher alone ------------------------------------------------------------------------------
+
+
+class Recorder:
+    """A model instance that answers each request with its IN and records the batches it ran."""
+
+    name = "recorder_0"
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[int, int]]] = []
+
+    def execute(self, requests):
+        self.batches.append([(int(r.correlation_id), int(r.inputs["READY"].reshape(-1)[0])) for r in requests])
+        return [InferResponse(r.model_name, r.model_version, {"OUT": r.inputs["IN"]}) for r in requests]
+
+
+def _batcher(max_batch_size: int = 0, scheduling: str = "") -> tuple[SequenceBatcher, Recorder]:
+    config = to_triton_json(parse_config_text(
+        f'name: "m" backend: "python" max_batch_size: {max_batch_size} '
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ] output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ] '
+        f"sequence_batching {{ {scheduling} "
+        'control_input [ { name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ] }'))
+    recorder = Recorder()
+    return SequenceBatcher("m", config, [recorder]), recorder
+
+
+def _request(sequence_id: int, flags: int = 0, batched: bool = False) -> InferRequest:
+    shape = (1, 1) if batched else (1,)
+    return InferRequest("m", 1, {"IN": np.full(shape, sequence_id, np.int32)}, correlation_id=sequence_id, flags=flags)
+
+
+def test_stopping_with_drain_runs_backlogged_sequences_and_returns():
+    """Sequence 1 holds the only slot and never ends; 2 waits in the backlog. Draining gives 1's
+    slot to 2 (no request can join 1 any more), runs 2's request, and stop returns."""
+    batcher, recorder = _batcher()
+    batcher.start()
+    outcomes: queue.Queue = queue.Queue()
+    batcher.submit(_request(1, SEQUENCE_START), outcomes.put)
+    assert outcomes.get(timeout=5).outputs["OUT"].tolist() == [1]
+    batcher.submit(_request(2, SEQUENCE_START), outcomes.put)
+    assert batcher.queued() == 1
+    assert batcher.stop(drain=True, timeout=10)
+    assert outcomes.get(timeout=1).outputs["OUT"].tolist() == [2]
+    assert recorder.batches == [[(1, 1)], [(2, 1)]]
+
+
+def test_stopping_without_drain_fails_what_waits():
+    batcher, recorder = _batcher()
+    batcher.start()
+    outcomes: queue.Queue = queue.Queue()
+    batcher.submit(_request(1, SEQUENCE_START), outcomes.put)
+    outcomes.get(timeout=5)
+    batcher.submit(_request(2, SEQUENCE_START), outcomes.put)
+    assert batcher.stop(drain=False, timeout=10)
+    error = outcomes.get(timeout=1)
+    assert "Server is stopping" in error.message
+    with pytest.raises(InferenceError, match="Server is stopping"):
+        batcher.submit(_request(3, SEQUENCE_START), outcomes.put)
+
+
+def test_a_direct_batch_pads_the_slots_it_skips_with_null_requests():
+    """Two slots; sequence 1 in slot 0 ends, 2 stays in slot 1: its next request runs at position
+    1 behind a null request (READY 0, correlation ID 0)."""
+    batcher, recorder = _batcher(max_batch_size=2)
+    batcher.start()
+    outcomes: queue.Queue = queue.Queue()
+    try:
+        batcher.submit(_request(1, SEQUENCE_START | SEQUENCE_END, batched=True), outcomes.put)
+        outcomes.get(timeout=5)
+        batcher.submit(_request(2, SEQUENCE_START, batched=True), outcomes.put)  # slot 0 again (the lowest free)
+        outcomes.get(timeout=5)
+        batcher.submit(_request(3, SEQUENCE_START, batched=True), outcomes.put)  # slot 1
+        outcomes.get(timeout=5)
+        batcher.submit(_request(3, SEQUENCE_END, batched=True), outcomes.put)
+        assert outcomes.get(timeout=5).outputs["OUT"].tolist() == [[3]]
+    finally:
+        batcher.stop()
+    assert recorder.batches == [[(1, 1)], [(2, 1)], [(0, 0), (3, 1)], [(0, 0), (3, 1)]]

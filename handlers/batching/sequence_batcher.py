@@ -271,12 +271,17 @@ class SequenceBatcher(DynamicBatcher):
         condition = self._ready[index]
         policy = self.sequence
         while True:
+            stopping = self._state is BatcherState.STOPPING
             for slot in slots:
                 while slot.queue and slot.queue[0] is _RELEASE:
                     slot.queue.popleft()
                     self._release(slot)
+                if stopping and not slot.queue and slot.correlation_id is not None:
+                    # no request can join a sequence any more: its slot goes to the backlog
+                    if self._active.get(slot.correlation_id) is slot:
+                        del self._active[slot.correlation_id]
+                    self._release(slot)
             heads = [slot for slot in slots if slot.queue]
-            stopping = self._state is BatcherState.STOPPING
             if not heads:
                 if stopping and not self._backlog:
                     return None
