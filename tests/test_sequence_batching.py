@@ -12,6 +12,8 @@ with null requests, and oldest batching."""
 from __future__ import annotations
 
 import queue
+import re
+import subprocess
 import textwrap
 import threading
 import time
@@ -27,6 +29,7 @@ import tritonclient.http as httpclient
 from cli_runner import invoke
 from python_models.repository import python_model
 from torch_models import save_script, write_model
+from tools import perf_analyzer
 from tritonclient.utils import InferenceServerException
 
 from handlers.batching.sequence_batcher import SequenceBatcher
@@ -496,3 +499,30 @@ def test_a_direct_batch_pads_the_slots_it_skips_with_null_requests():
     finally:
         batcher.stop()
     assert recorder.batches == [[(1, 1)], [(2, 1)], [(0, 0), (3, 1)], [(0, 0), (3, 1)]]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc-streaming"])
+def test_perf_analyzer_drives_sequences(examples, protocol):
+    """perf_analyzer reads the model's sequence_batching and sends sequences of its own (START,
+    END, correlation IDs): every request succeeds, and the direct batcher batches across them."""
+    before = _model_stats(examples, "simple_sequence")
+    args = ["-u", examples.url] if protocol == "http" else ["-u", examples.grpc, "-i", "grpc", "--streaming"]
+    out = subprocess.run(
+        [perf_analyzer(), *args, "-m", "simple_sequence", "--concurrency-range", "4", "--request-count", "200",
+         "--sequence-length", "10"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    sent = sum(int(n) for n in re.findall(r"Request count: (\d+)", out.stdout))
+    after = _model_stats(examples, "simple_sequence")
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] >= sent >= 200
+    assert after["inference_stats"]["fail"]["count"] == before["inference_stats"]["fail"]["count"]
+    assert after["execution_count"] - before["execution_count"] < sent  # sequences shared batches
+
+
+def _model_stats(server, model: str) -> dict:
+    client = httpclient.InferenceServerClient(server.url)
+    try:
+        return client.get_inference_statistics(model)["model_stats"][0]
+    finally:
+        client.close()
