@@ -322,7 +322,7 @@ IMPLICIT_STATE = {"state": [{"input_name": "S_IN", "output_name": "S_OUT", "data
     "change, refused",
     [
         ({"sequence_batching": IMPLICIT_STATE}, True),
-        ({"sequence_batching": {}, "model_transaction_policy": {"decoupled": True}}, True),
+        ({"sequence_batching": {}, "model_transaction_policy": {"decoupled": True}}, False),
         ({"sequence_batching": {}}, False),
         ({"model_transaction_policy": {"decoupled": True}}, False),
         ({}, False),

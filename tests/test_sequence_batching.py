@@ -526,3 +526,59 @@ def _model_stats(server, model: str) -> dict:
         return client.get_inference_statistics(model)["model_stats"][0]
     finally:
         client.close()
+
+
+STREAMER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sums = {}
+
+    def execute(self, requests):
+        for request in requests:
+            get = lambda n: int(pb_utils.get_input_tensor_by_name(request, n).as_numpy().reshape(-1)[0])
+            corrid = request.correlation_id()
+            self.sums[corrid] = (0 if get("START") else self.sums.get(corrid, 0)) + get("IN")
+            sender = request.get_response_sender()
+            for factor in (1, 10):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([self.sums[corrid] * factor], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def test_a_decoupled_sequence_model_streams_each_requests_responses(tmp_path):
+    repo = tmp_path / "models"
+    python_model(repo, "streamer", None, textwrap.dedent("""
+        name: "streamer"
+        backend: "python"
+        max_batch_size: 0
+        model_transaction_policy { decoupled: true }
+        input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        sequence_batching {
+          control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] } ]
+        }
+        """), source=STREAMER)
+    with serve(repo, "--device", "cpu") as running:
+        client = grpcclient.InferenceServerClient(running.grpc)
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(callback=partial(lambda q, result, error: q.put(error or result), answers))
+        try:
+            for step, value in enumerate((1, 2, 3)):
+                tensor = grpcclient.InferInput("IN", [1], "INT32")
+                tensor.set_data_from_numpy(np.array([value], np.int32))
+                client.async_stream_infer("streamer", [tensor], sequence_id="s-1", sequence_start=step == 0,
+                                          sequence_end=step == 2, enable_empty_final_response=False)
+            got = []
+            for _ in range(6):
+                result = answers.get(timeout=30)
+                assert not isinstance(result, Exception), result
+                got.append(int(result.as_numpy("OUT")[0]))
+        finally:
+            client.stop_stream()
+            client.close()
+    assert got == [1, 10, 3, 30, 6, 60]

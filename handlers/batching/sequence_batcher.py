@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import invalid_argument
 from ..inference import InferOutcome, InferRequest
+from ..streaming import ResponseSink
 from .batcher import BatcherState, Clock, DynamicBatcher, ModelInstance, _lower_thread_priority, _stopping
 from .observer import BatcherObserver, FailureReason
 from .priority_queue import Callback, PendingRequest
@@ -353,6 +354,8 @@ class SequenceBatcher(DynamicBatcher):
         }
         null = InferRequest(template.model_name, template.model_version, inputs,
                             requested_outputs=template.requested_outputs, batch_size=1)
+        if template.responses is not None:  # a decoupled model: what it sends for the null request goes nowhere
+            null.responses = ResponseSink()
         null.inputs.update(self.sequence.controls_for(null, ready=False))
         return null
 

@@ -30,12 +30,6 @@ def check_supported(config: Config) -> None:
                 'backends "python", "onnxruntime" and "pytorch"',
                 code=CODE_UNSUPPORTED,
             )
-        if (config.get("model_transaction_policy") or {}).get("decoupled", False):
-            raise ConfigError(
-                f"model '{name}' uses sequence_batching in a decoupled model: not supported yet; stateful models "
-                "that answer each request once are served",
-                code=CODE_UNSUPPORTED,
-            )
         if sequence.get("state"):
             raise ConfigError(
                 f"model '{name}' uses implicit state (sequence_batching {{ state }}): not supported; a python "
