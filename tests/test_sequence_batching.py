@@ -582,3 +582,11 @@ def test_a_decoupled_sequence_model_streams_each_requests_responses(tmp_path):
             client.stop_stream()
             client.close()
     assert got == [1, 10, 3, 30, 6, 60]
+
+
+def test_validate_shows_the_sequence_batcher():
+    result = invoke(["validate", str(EXAMPLES)], columns=240)
+    assert result.exit_code == 0, result.output
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 3}
+    assert "sequence, direct (max 8)" in rows["simple_sequence"]
+    assert "sequence, oldest (max 8)" in rows["simple_dyna_sequence"]

@@ -71,6 +71,9 @@ def _batching(config: dict) -> str:
         delay = db.get("max_queue_delay_microseconds", 0)
         preferred = db.get("preferred_batch_size", [])
         return f"dynamic (max {mbs}, preferred {preferred}, delay {delay} us)"
+    if "sequence_batching" in config:
+        strategy = "oldest" if "oldest" in config["sequence_batching"] else "direct"
+        return f"sequence, {strategy} (max {mbs})" if mbs > 0 else f"sequence, {strategy}"
     if mbs > 0:
         return f"none (max {mbs})"
     return "none"
