@@ -12,6 +12,7 @@ with null requests, and oldest batching."""
 from __future__ import annotations
 
 import queue
+import random
 import re
 import subprocess
 import textwrap
@@ -590,3 +591,74 @@ def test_validate_shows_the_sequence_batcher():
     rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") > 3}
     assert "sequence, direct (max 8)" in rows["simple_sequence"]
     assert "sequence, oldest (max 8)" in rows["simple_dyna_sequence"]
+
+
+class Journal:
+    """A model instance that records, per batch, each real request's (sequence, step, START, END)."""
+
+    def __init__(self, name: str, log: list) -> None:
+        self.name = name
+        self._log = log
+        self._lock = threading.Lock()
+
+    def execute(self, requests):
+        rows = []
+        for r in requests:
+            if int(r.inputs["READY"].reshape(-1)[0]):
+                rows.append((int(r.correlation_id), int(r.inputs["IN"].reshape(-1)[0]),
+                             int(r.inputs["START"].reshape(-1)[0]), int(r.inputs["END"].reshape(-1)[0])))
+        time.sleep(0.001)
+        with self._lock:
+            self._log.append((self.name, rows))
+        return [InferResponse(r.model_name, r.model_version, {"OUT": r.inputs["IN"]}) for r in requests]
+
+
+@pytest.mark.parametrize("scheduling", ["", "oldest { max_candidate_sequences: 3 max_queue_delay_microseconds: 500 }"],
+                         ids=["direct", "oldest"])
+def test_many_interleaved_sequences_each_run_in_order_on_one_instance(scheduling):
+    """Twelve sequences of 1-6 requests from twelve threads, on two instances of two slots each
+    (so some wait in the backlog): every request runs once, in its sequence's order, with START
+    on the first and END on the last, never two of one sequence in a batch, all on one instance."""
+    config = to_triton_json(parse_config_text(
+        'name: "m" backend: "python" max_batch_size: 2 '
+        'input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ] output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ] '
+        f"sequence_batching {{ max_sequence_idle_microseconds: 30000000 {scheduling} control_input [ "
+        '{ name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] } ] }, '
+        '{ name: "END" control [ { kind: CONTROL_SEQUENCE_END int32_false_true: [ 0, 1 ] } ] }, '
+        '{ name: "READY" control [ { kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ] }'))
+    log: list = []
+    batcher = SequenceBatcher("m", config, [Journal("m_0", log), Journal("m_1", log)])
+    batcher.start()
+    rng = np.random.default_rng(7)
+    lengths = {100 + i: int(rng.integers(1, 7)) for i in range(12)}
+    answers: dict[int, list[int]] = {}
+
+    def run(sequence_id: int, length: int) -> None:
+        jitter = random.Random(sequence_id)
+        got = []
+        for step in range(length):
+            flags = (SEQUENCE_START if step == 0 else 0) | (SEQUENCE_END if step == length - 1 else 0)
+            request = InferRequest("m", 1, {"IN": np.full((1, 1), step, np.int32)}, correlation_id=sequence_id, flags=flags)
+            got.append(int(batcher.infer_sync(request, timeout=30).outputs["OUT"].reshape(-1)[0]))
+            time.sleep(jitter.random() * 0.003)
+        answers[sequence_id] = got
+
+    threads = [threading.Thread(target=run, args=item) for item in lengths.items()]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        assert batcher.stop(timeout=10)
+    assert answers == {s: list(range(n)) for s, n in lengths.items()}
+    seen: dict[int, list[tuple]] = {}
+    where: dict[int, set[str]] = {}
+    for instance, rows in log:
+        assert len({row[0] for row in rows}) == len(rows)  # one request per sequence in a batch
+        for sequence_id, step, start, end in rows:
+            seen.setdefault(sequence_id, []).append((step, start, end))
+            where.setdefault(sequence_id, set()).add(instance)
+    for sequence_id, length in lengths.items():
+        assert seen[sequence_id] == [(k, int(k == 0), int(k == length - 1)) for k in range(length)]
+        assert len(where[sequence_id]) == 1
