@@ -42,11 +42,14 @@ class CounterMetric(Metric):
 class FamiliesCollector(Collector):
     """The per-model families of `handlers.metrics`, as collected metrics."""
 
-    def __init__(self, families: Iterable[metrics.Family]) -> None:
+    def __init__(self, families: Iterable[metrics.Family], only_with_samples: bool = False) -> None:
         self.families = list(families)
+        self.only_with_samples = only_with_samples
 
     def collect(self) -> Iterator[Metric]:
         for family in self.families:
+            if self.only_with_samples and not family.samples():
+                continue
             if family.kind == "counter":
                 metric: Metric = CounterMetric(family.name, family.documentation)
             else:
@@ -155,6 +158,7 @@ class GpuCollector(Collector):
 
 
 REGISTRY.register(FamiliesCollector(metrics.MODEL_FAMILIES))
+REGISTRY.register(FamiliesCollector(metrics.CACHE_FAMILIES, only_with_samples=True))
 REGISTRY.register(CpuCollector())
 _gpu = GpuCollector.create()
 if _gpu is not None:

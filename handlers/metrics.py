@@ -3,8 +3,9 @@
 Per model version (labels `model`, `version`): nv_inference_request_success,
 nv_inference_request_failure (+ `reason`), nv_inference_count, nv_inference_exec_count,
 nv_inference_pending_request_count, nv_inference_request_duration_us,
-nv_inference_queue_duration_us, nv_inference_compute_{input,infer,output}_duration_us. Cold
-start, our own: toolkit_model_load_duration_seconds and toolkit_model_warmup_duration_seconds.
+nv_inference_queue_duration_us, nv_inference_compute_{input,infer,output}_duration_us; for a model
+that enables the response cache, nv_cache_num_{hits,misses}_per_model and
+nv_cache_{hit,miss}_duration_per_model (us). Cold start, our own: toolkit_model_load_duration_seconds and toolkit_model_warmup_duration_seconds.
 
 This module holds the counts only and imports no Prometheus library: the request path and start-up
 touch it, and `handlers.exposition` (prometheus-client, the machine's gauges, the text at
@@ -98,6 +99,13 @@ COMPUTE_INFER = _counter(
 COMPUTE_OUTPUT = _counter(
     "nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds (does not include cached requests)"
 )
+# The response cache's, for the models that enable it (tritonserver creates them only for those)
+CACHE_HITS = _counter("nv_cache_num_hits_per_model", "Number of cache hits per model")
+CACHE_HIT_DURATION = _counter("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in microseconds")
+CACHE_MISSES = _counter("nv_cache_num_misses_per_model", "Number of cache misses per model")
+CACHE_MISS_DURATION = _counter(
+    "nv_cache_miss_duration_per_model", "Total cache miss (insert+lookup) duration per model, in microseconds"
+)
 LOAD_SECONDS = _gauge("toolkit_model_load_duration_seconds", "Seconds spent creating the model's instances at startup (cold start)")
 WARMUP_SECONDS = _gauge("toolkit_model_warmup_duration_seconds", "Seconds spent running model_warmup on every instance at startup (cold start)")
 
@@ -105,12 +113,14 @@ MODEL_FAMILIES = (
     SUCCESS, FAILURE, INFERENCE_COUNT, EXEC_COUNT, PENDING, REQUEST_DURATION, QUEUE_DURATION,
     COMPUTE_INPUT, COMPUTE_INFER, COMPUTE_OUTPUT, LOAD_SECONDS, WARMUP_SECONDS,
 )
+# exposed only once a model has them (a model that enables the response cache)
+CACHE_FAMILIES = (CACHE_HITS, CACHE_HIT_DURATION, CACHE_MISSES, CACHE_MISS_DURATION)
 
 
 class ModelMetrics:
     """The children of every per-model family for one model version."""
 
-    def __init__(self, model: str, version: int) -> None:
+    def __init__(self, model: str, version: int, cache: bool = False) -> None:
         labels = (model, str(version))
         self._labels = labels
         self.success = SUCCESS.labels(*labels)
@@ -126,6 +136,12 @@ class ModelMetrics:
         self.warmup_seconds = WARMUP_SECONDS.labels(*labels)
         for reason in ("REJECTED", "CANCELED", "BACKEND", "OTHER"):
             self.failure(reason)  # Triton exports every reason from the start, at 0
+        self.cache_hits = self.cache_hit_duration_us = self.cache_misses = self.cache_miss_duration_us = _Child()
+        if cache:
+            self.cache_hits = CACHE_HITS.labels(*labels)
+            self.cache_hit_duration_us = CACHE_HIT_DURATION.labels(*labels)
+            self.cache_misses = CACHE_MISSES.labels(*labels)
+            self.cache_miss_duration_us = CACHE_MISS_DURATION.labels(*labels)
 
     def failure(self, reason: str):
         return FAILURE.labels(*self._labels, reason)

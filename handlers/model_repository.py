@@ -23,6 +23,7 @@ from . import cpu_budget
 from .backends import backend_module
 from .backends.ensemble import EnsembleScheduler
 from .batching import DynamicBatcher, PendingRequest, SequenceBatcher
+from .response_cache import CachingScheduler, ResponseCache, cache_enabled, cache_from_environment
 from .errors import ErrorCode, InferenceError, internal, not_found, unavailable, unsupported
 from .inference import InferOutcome, InferRequest, InferResponse
 from .instance_group import instance_slots
@@ -85,7 +86,9 @@ class LoadedModel:
     grpc_request_plans: dict[bytes, Any] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.statistics = ModelStatistics(self.spec.name, self.version, ModelMetrics(self.spec.name, self.version))
+        self.statistics = ModelStatistics(
+            self.spec.name, self.version, ModelMetrics(self.spec.name, self.version, cache=cache_enabled(self.spec.config))
+        )
         self.labels = {}
         self.request_plans = {}
         self.grpc_request_plans = {}
@@ -219,13 +222,16 @@ class ModelRepository:
         serial: bool = False,
         cpu_plan: cpu_budget.CpuPlan | None = None,
         worker: WorkerSlot | None = None,
+        response_cache: ResponseCache | None = None,
     ) -> None:
         """`serial`: one request at a time (AWS Lambda), which the CPU budget counts on;
         `cpu_plan`: the instances' CPU threads (default: this container's CPUs divided among
         every instance, handlers/cpu_budget.py); `worker`: this process is one of several workers and
         creates only its share of every model's instances (handlers/workers: the plan still
-        counts every instance, so the threads of all workers add up to the CPUs)."""
+        counts every instance, so the threads of all workers add up to the CPUs); `response_cache`:
+        the cache of the models that enable it (default: TOOLKIT_CACHE_CONFIG's, or none)."""
         self.manifest = manifest
+        self.response_cache = response_cache if response_cache is not None else cache_from_environment()
         self.no_queue_delay = no_queue_delay
         self.cpu_plan = cpu_plan or cpu_budget.plan(manifest.models.values(), cpu_budget.available_cpus(),
                                                     serial=serial)
@@ -312,6 +318,7 @@ class ModelRepository:
                     no_queue_delay=self.no_queue_delay,
                 )
             model.scheduler.start()
+            self._cache(model)
             model.state = ModelState.READY
             log.info(
                 "model '%s' version %d ready: %d instance(s), load %.3f s, warmup %.3f s",
@@ -321,6 +328,12 @@ class ModelRepository:
             model.state = ModelState.UNAVAILABLE
             model.reason = str(exc)
             log.error("failed to load '%s' version %d: %s", model.name, model.version, exc)
+
+    def _cache(self, model: LoadedModel) -> None:
+        """Put the response cache in front of the model's scheduler when both ask for it."""
+        if self.response_cache is not None and cache_enabled(model.spec.config):
+            model.scheduler = CachingScheduler(model.scheduler, self.response_cache, model.statistics)
+            log.info("model '%s' version %d: responses cached (response_cache)", model.name, model.version)
 
     def _ensemble_depth(self, spec: ModelSpec, seen: frozenset[str] = frozenset()) -> int:
         depth = 0
@@ -351,6 +364,7 @@ class ModelRepository:
             log.error("failed to load '%s' version %d: %s", model.name, model.version, problem)
             return
         model.scheduler = scheduler
+        self._cache(model)
         model.state = ModelState.READY
 
     def stop(self, *, drain: bool = True, timeout: float = 30.0) -> None:

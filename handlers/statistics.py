@@ -74,6 +74,8 @@ class ModelStatistics:
         self.compute_infer = _Duration()
         self.compute_output = _Duration()
         self.batch_stats: dict[int, _BatchSizeStats] = {}
+        self.cache_hits = _Duration()
+        self.cache_misses = _Duration()
 
     # -- BatcherObserver ----------------------------------------------------------------------------
 
@@ -149,6 +151,35 @@ class ModelStatistics:
                 self.metrics.pending.dec()
             self.metrics.failure(reason.value).inc()
 
+    # -- the response cache (handlers/response_cache.py) --------------------------------------------
+
+    def cache_hit(self, request: InferRequest, lookup_start_ns: int, end_ns: int) -> None:
+        """A request answered from the cache (InferenceStatsAggregator::UpdateSuccessCacheHit): a
+        success, its queue time up to the lookup, the lookup as the hit's duration; no inference."""
+        request_ns = max(0, end_ns - request.received_ns)
+        queue_ns = max(0, lookup_start_ns - request.queue_start_ns)
+        lookup_ns = max(0, end_ns - lookup_start_ns)
+        with self._lock:
+            self.success.add(request_ns)
+            self.queue.add(queue_ns)
+            self.cache_hits.add(lookup_ns)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.success.inc()
+            metrics.request_duration_us.inc(request_ns / 1000)
+            metrics.queue_duration_us.inc(queue_ns / 1000)
+            metrics.cache_hits.inc()
+            metrics.cache_hit_duration_us.inc(lookup_ns / 1000)
+
+    def cache_miss(self, duration_ns: int) -> None:
+        """A response that was looked up and then inserted (UpdateSuccessCacheMiss)."""
+        with self._lock:
+            self.cache_misses.add(duration_ns)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.cache_misses.inc()
+            metrics.cache_miss_duration_us.inc(duration_ns / 1000)
+
     # -- Triton JSON --------------------------------------------------------------------------------
 
     def as_dict(self) -> dict[str, Any]:
@@ -166,8 +197,8 @@ class ModelStatistics:
                     "compute_input": self.compute_input.as_dict(),
                     "compute_infer": self.compute_infer.as_dict(),
                     "compute_output": self.compute_output.as_dict(),
-                    "cache_hit": {"count": 0, "ns": 0},
-                    "cache_miss": {"count": 0, "ns": 0},
+                    "cache_hit": self.cache_hits.as_dict(),
+                    "cache_miss": self.cache_misses.as_dict(),
                 },
                 "response_stats": {},
                 "batch_stats": [

@@ -297,6 +297,10 @@ def serve(
     workers: Annotated[
         str, typer.Option("--workers", envvar="TOOLKIT_WORKERS", help="Server processes on the same ports, each with its share of every model's instances: N or auto (docs/performance.md); TOOLKIT_WORKERS as in images")
     ] = "1",
+    cache_config: Annotated[
+        Optional[str],
+        typer.Option("--cache-config", envvar="TOOLKIT_CACHE_CONFIG", help="The response cache of models with response_cache { enable: true }: local,size=BYTES (tritonserver's --cache-config); TOOLKIT_CACHE_CONFIG as in images"),
+    ] = None,
 ) -> None:
     """Serve a repository locally with the same runtime the images run: v2 REST on 8000, gRPC on 8001
     and metrics on 8002, like tritonserver."""
@@ -323,6 +327,14 @@ def serve(
     if not (port or grpc_port):
         err_console.print("[red]error:[/red] --http-port and --grpc-port are both 0: nothing would serve inference", highlight=False)
         raise typer.Exit(2)
+    if cache_config:
+        from handlers.response_cache import CACHE_CONFIG_ENV, parse_cache_config
+
+        try:
+            parse_cache_config(cache_config)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--cache-config") from None
+        os.environ[CACHE_CONFIG_ENV] = cache_config  # the repository below and any workers read it
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # A local server takes concurrent requests: python models run in model processes, so one that
     # crashes fails only its own requests (the environment may say otherwise: docs/python-backend.md).

@@ -382,6 +382,12 @@ def _load_backend_model(
     check_supported(config)
     if backend == PYTHON_BACKEND:
         check_execution_environment(config, model.path)
+    if config.response_cache.enable:
+        warnings.append(
+            "response_cache is enabled: responses are cached where the server runs with a cache, as with "
+            "tritonserver's --cache-config: set TOOLKIT_CACHE_CONFIG=local,size=BYTES in the service "
+            "(toolkit serve --cache-config)"
+        )
 
     return CompiledModel(
         name=model.name,
