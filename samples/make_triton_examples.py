@@ -59,6 +59,15 @@ class TritonPythonModel:
 '''
 
 
+def _save(path: Path, name: str, nodes: list, inputs: list, outputs: list) -> None:
+    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    model.producer_name = "samples/make_triton_examples.py"
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+
+
 def _add_sub(path: Path, io_type: int, compute_type: int, name: str) -> None:
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, computed in `compute_type`."""
     inputs = [helper.make_tensor_value_info(n, io_type, ["N", 16]) for n in ("INPUT0", "INPUT1")]
@@ -71,12 +80,7 @@ def _add_sub(path: Path, io_type: int, compute_type: int, name: str) -> None:
         helper.make_node("Cast", ["sum"], ["OUTPUT0"], to=io_type),
         helper.make_node("Cast", ["difference"], ["OUTPUT1"], to=io_type),
     ]
-    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs), opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    model.producer_name = "samples/make_triton_examples.py"
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    _save(path, name, nodes, inputs, outputs)
 
 
 SEQUENCE_CONFIG = """\
@@ -161,12 +165,7 @@ def _sequence(path: Path, name: str, with_end: bool) -> None:
         total = "total"
     nodes.append(helper.make_node("Mul", ["READY", total], ["OUTPUT"]))
     outputs = [helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, ["N", 1])]
-    model = helper.make_model(helper.make_graph(nodes, name, inputs, outputs), opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    model.producer_name = "samples/make_triton_examples.py"
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
+    _save(path, name, nodes, inputs, outputs)
 
 
 def _config(name: str, comment: str, runtime: str, dtype: str, dims: str, pair: bool) -> str:

@@ -320,11 +320,14 @@ def test_oldest_batches_the_oldest_requests_of_several_sequences(reporters):
 def test_the_statistics_count_sequence_requests(reporters):
     client = httpclient.InferenceServerClient(reporters.url)
     try:
-        stats = client.get_inference_statistics("single")["model_stats"][0]
-        assert stats["inference_stats"]["success"]["count"] >= 4
-        assert stats["execution_count"] >= 4
+        before = client.get_inference_statistics("single")["model_stats"][0]
+        for step in range(4):
+            _send(reporters, "single", 1, 81, start=step == 0, end=step == 3)
+        after = client.get_inference_statistics("single")["model_stats"][0]
     finally:
         client.close()
+    assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == 4
+    assert after["execution_count"] - before["execution_count"] == 4
 
 
 # -- control tensors --------------------------------------------------------------------------------

@@ -170,6 +170,10 @@ class DynamicBatcher:
             self._idle.notify_all()
         for pending in dropped:
             self._fail_queued(pending, _stopping(pending.request), FailureReason.OTHER)
+        return self._join(timeout)
+
+    def _join(self, timeout: float | None) -> bool:
+        """Wait for the worker threads (all of them within `timeout` seconds); STOPPED if they ended."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
             if thread is threading.current_thread():

@@ -157,15 +157,7 @@ class SequenceBatcher(DynamicBatcher):
         for pending in dropped:
             pending.queued = False
             self._fail_queued(pending, _stopping(pending.request), FailureReason.OTHER)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        stopped = not any(t.is_alive() for t in self._threads if t is not threading.current_thread())
-        if stopped:
-            with self._lock:
-                self._state = BatcherState.STOPPED
-        return stopped
+        return self._join(timeout)
 
     # -- submitting -------------------------------------------------------------------------------
 
