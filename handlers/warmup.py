@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .batching.sequence_policy import control_input_names
 from .datatypes import from_config_type, numpy_dtype
 from .errors import InferenceError
 from .inference import InferRequest
@@ -47,10 +48,12 @@ class WarmupSample:
         `reshape`, as Triton's PrepareForInference does for warmup requests)."""
         from .protocol.validation import validate_request
 
-        # Triton accepts warmup inputs the model does not have (sequence control inputs are added
-        # that way) and the compiler warns about them; they never reach the model.
+        # Triton hands warmup inputs the config does not have to the backend: a sequence model's
+        # control inputs reach it that way (warmup runs on the instance, not through the sequence
+        # batcher); others the compiler warns about and the model never sees.
         model_inputs = {io["name"] for io in spec.config.get("input", [])}
         inputs = {name: array for name, array in self.inputs.items() if name in model_inputs}
+        controls = {name: self.inputs[name] for name in control_input_names(spec.config) if name in self.inputs}
         requests = []
         for _ in range(self.batch_size):
             request = InferRequest(spec.name, version, dict(inputs), id=f"warmup:{self.name}", batch_size=1)
@@ -58,6 +61,7 @@ class WarmupSample:
                 validate_request(spec.config, request)
             except InferenceError as exc:
                 raise WarmupError(f"warmup sample '{self.name}' of model '{spec.name}': {exc.message}") from None
+            request.inputs.update(controls)
             requests.append(request)
         return requests
 

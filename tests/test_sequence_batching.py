@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import random
 import re
+import shutil
 import subprocess
 import textwrap
 import threading
@@ -665,3 +666,34 @@ def test_many_interleaved_sequences_each_run_in_order_on_one_instance(scheduling
     for sequence_id, length in lengths.items():
         assert seen[sequence_id] == [(k, int(k == 0), int(k == length - 1)) for k in range(length)]
         assert len(where[sequence_id]) == 1
+
+
+WARMUP = """
+model_warmup [ {
+  name: "sequence_start"
+  batch_size: 1
+  inputs { key: "INPUT" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }
+  inputs { key: "START" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }
+  inputs { key: "READY" value: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true } }
+} ]
+"""
+
+
+def test_a_sequence_models_warmup_hands_its_control_inputs_to_the_model(tmp_path):
+    """Warmup runs on the instance, not through the sequence batcher: as in tritonserver, the
+    sample gives the control tensors, and they reach the model (no 'not an input' warning)."""
+    repo = tmp_path / "models"
+    shutil.copytree(EXAMPLES / "simple_sequence", repo / "simple_sequence")
+    config = repo / "simple_sequence" / "config.pbtxt"
+    config.write_text(config.read_text() + WARMUP)
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code == 0, result.output
+    assert "not an input" not in result.output
+    with serve(repo, "--device", "cpu") as running:
+        client = httpclient.InferenceServerClient(running.url)
+        try:
+            stats = client.get_inference_statistics("simple_sequence")["model_stats"][0]
+            assert stats["execution_count"] == 1  # the warmup sample ran
+            assert _http_send(client, "simple_sequence", [3, 4], 900) == [4, 4]
+        finally:
+            client.close()

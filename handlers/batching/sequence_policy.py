@@ -115,6 +115,12 @@ class SequencePolicy:
         return tensors
 
 
+def control_input_names(config: Mapping[str, Any]) -> list[str]:
+    """The names of a config's sequence control tensors (inputs of the model, not of the config)."""
+    sequence = config.get("sequence_batching") or {}
+    return [c.get("name", "") for c in sequence.get("control_input", ()) if c.get("control")]
+
+
 def _controls(sequence: Mapping[str, Any]):
     for control_input in sequence.get("control_input", ()):
         name = control_input.get("name", "")

@@ -14,7 +14,8 @@ of python models whose inputs only `auto_complete_config` knows
 2. InferenceRequest::PrepareForInference, as for a client request: the number of inputs, then
    each input's data type and shape (warmup dims are the *config* dims, not the reshape; a batch
    dimension of 1 is prepended when max_batch_size > 0); sample inputs that are not model inputs
-   are left out with a warning (Triton hands them to the backend as extra inputs);
+   are left out with a warning (Triton hands them to the backend as extra inputs), except a
+   sequence model's control inputs, which reach the model as Triton passes them;
 3. the backend's execute: the `batch_size` requests of a sample form one batch, which must not
    exceed max_batch_size (1 when the model does not batch).
 """
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..batching.sequence_policy import control_input_names
 from ..datatypes import PROTOCOL_DATATYPES, element_size, from_config_type
 from ..manifest import ModelSpec
 from ..warmup import WARMUP_FOLDER
@@ -158,11 +160,12 @@ def _check_sample(spec: ModelSpec, version: int, setting: Mapping[str, Any], mod
     _generate_data_checks(spec, setting)
     metas: Mapping[str, Mapping[str, Any]] = setting.get("inputs", {})
     config_inputs = {io["name"]: io for io in config.get("input", [])}
+    controls = set(control_input_names(config))  # handed to the model with the sample, as Triton does
     warnings = [
         f"model_warmup sample '{sample_name}' gives input '{n}', which is not an input of model '{name}': "
         "tritonserver hands it to the backend as an extra input, this runtime ignores it"
         for n in metas
-        if n not in config_inputs
+        if n not in config_inputs and n not in controls
     ]
     originals = [n for n in metas if n in config_inputs]
     _check_input_count(config, name, originals)
