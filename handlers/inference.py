@@ -55,6 +55,9 @@ class InferRequest:
     frontend_parameters: bool = True
     # A request to a decoupled model: the ResponseSink (handlers/streaming.py) its responses go to.
     responses: Any = None
+    # A request of a sequence with implicit state: the state outputs the backend must also produce
+    # and answer with (the sequence batcher keeps them; handlers/batching/sequence_state.py).
+    state_outputs: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

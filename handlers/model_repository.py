@@ -307,7 +307,8 @@ class ModelRepository:
                 metrics.warmup_seconds.set(model.warmup_seconds)
             if "sequence_batching" in model.spec.config:
                 model.scheduler = SequenceBatcher(
-                    model.name, model.spec.config, model.instances, observer=model.statistics
+                    model.name, model.spec.config, model.instances, observer=model.statistics,
+                    model_dir=model.spec.directory,
                 )
             else:
                 model.scheduler = DynamicBatcher(

@@ -29,8 +29,11 @@ import torch
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from cli_runner import invoke
+from onnx import TensorProto, helper
 from python_models.repository import python_model
 from torch_models import save_script, write_model
+
+import model_builders as mb
 from tools import perf_analyzer
 from tritonclient.utils import InferenceServerException
 
@@ -697,3 +700,123 @@ def test_a_sequence_models_warmup_hands_its_control_inputs_to_the_model(tmp_path
             assert _http_send(client, "simple_sequence", [3, 4], 900) == [4, 4]
         finally:
             client.close()
+
+
+# -- implicit state (onnxruntime) -------------------------------------------------------------------
+
+
+def _accumulator(repo: Path, name: str, *, max_batch_size: int = 0, initial: str = "", outputs_state: bool = False) -> None:
+    """An ONNX model with implicit state: OUTPUT = INPUT + STATE_IN, STATE_OUT = OUTPUT."""
+    batch = ["N"] if max_batch_size else []
+    mb.save_graph(
+        repo / name / "1" / "model.onnx",
+        [helper.make_tensor_value_info("INPUT", TensorProto.INT32, [*batch, 1]),
+         helper.make_tensor_value_info("STATE_IN", TensorProto.INT32, [*batch, 1])],
+        [helper.make_tensor_value_info("OUTPUT", TensorProto.INT32, [*batch, 1]),
+         helper.make_tensor_value_info("STATE_OUT", TensorProto.INT32, [*batch, 1])],
+        [helper.make_node("Add", ["INPUT", "STATE_IN"], ["OUTPUT"]), helper.make_node("Identity", ["OUTPUT"], ["STATE_OUT"])],
+    )
+    extra_output = ', { name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] }' if outputs_state else ""
+    (repo / name / "config.pbtxt").write_text(textwrap.dedent(f"""
+        name: "{name}"
+        backend: "onnxruntime"
+        max_batch_size: {max_batch_size}
+        input [ {{ name: "INPUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+        output [ {{ name: "OUTPUT" data_type: TYPE_INT32 dims: [ 1 ] }}{extra_output} ]
+        sequence_batching {{
+          max_sequence_idle_microseconds: 5000000
+          state [ {{ input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_INT32 dims: [ 1 ] {initial} }} ]
+        }}
+        """).lstrip())
+
+
+INITIAL_100 = 'initial_state: { name: "hundred" data_type: TYPE_INT32 dims: [ 1 ] data_file: "hundred" }'
+
+
+@pytest.fixture(scope="module")
+def stateful(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("state") / "models"
+    _accumulator(repo, "sum_zero", initial='initial_state: { name: "zero" data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }')
+    _accumulator(repo, "sum_hundred", initial=INITIAL_100, outputs_state=True)
+    (repo / "sum_hundred" / "initial_state").mkdir()
+    (repo / "sum_hundred" / "initial_state" / "hundred").write_bytes(np.array([100], np.int32).tobytes())
+    _accumulator(repo, "sum_batched", max_batch_size=4)
+    with serve(repo, "--device", "cpu") as running:
+        yield running
+
+
+def _sum(server, model: str, values: list[int], sequence_id, batched: bool = False, outputs=None) -> list:
+    client = httpclient.InferenceServerClient(server.url)
+    try:
+        got = []
+        for step, value in enumerate(values):
+            shape = [1, 1] if batched else [1]
+            tensor = httpclient.InferInput("INPUT", shape, "INT32")
+            tensor.set_data_from_numpy(np.full(shape, value, np.int32))
+            requested = None if outputs is None else [httpclient.InferRequestedOutput(n) for n in outputs]
+            result = client.infer(model, [tensor], outputs=requested, sequence_id=sequence_id,
+                                  sequence_start=step == 0, sequence_end=step == len(values) - 1)
+            got.append({o["name"]: int(result.as_numpy(o["name"]).reshape(-1)[0]) for o in result.get_response()["outputs"]})
+        return got
+    finally:
+        client.close()
+
+
+def test_the_state_carries_from_request_to_request_and_stays_inside(stateful):
+    assert _sum(stateful, "sum_zero", [1, 2, 3], 10) == [{"OUTPUT": 1}, {"OUTPUT": 3}, {"OUTPUT": 6}]
+    assert _sum(stateful, "sum_zero", [5], 10) == [{"OUTPUT": 5}]  # a new sequence starts from zero
+
+
+def test_the_initial_state_comes_from_its_data_file_and_a_config_output_may_show_it(stateful):
+    assert _sum(stateful, "sum_hundred", [1, 2], 11) == [{"OUTPUT": 101, "STATE_OUT": 101}, {"OUTPUT": 103, "STATE_OUT": 103}]
+    assert _sum(stateful, "sum_hundred", [1], 12, outputs=["OUTPUT"]) == [{"OUTPUT": 101}]  # not asked for: not sent
+
+
+def test_interleaved_sequences_keep_their_own_state_in_one_batch(stateful):
+    """Two sequences in the slots of one batching instance: each its own running sum."""
+    results: dict[int, list] = {}
+
+    def run(sequence_id, values):
+        results[sequence_id] = _sum(stateful, "sum_batched", values, sequence_id, batched=True)
+
+    threads = [threading.Thread(target=run, args=(20, [1, 1, 1, 1])), threading.Thread(target=run, args=(21, [10, 10, 10]))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [r["OUTPUT"] for r in results[20]] == [1, 2, 3, 4]
+    assert [r["OUTPUT"] for r in results[21]] == [10, 20, 30]
+
+
+@pytest.mark.parametrize("initial, message", [
+    ('initial_state: { name: "x" data_type: TYPE_FP32 dims: [ 1 ] zero_data: true }',
+     "The data type used for 'initial_state' field of state 'STATE_IN' does not match the state data type."),
+    ('initial_state: { data_type: TYPE_INT32 dims: [ 1 ] zero_data: true }',
+     "Field 'name' must be set when using initial_state for state input 'STATE_IN'."),
+    ('initial_state: { name: "x" data_type: TYPE_INT32 dims: [ 2 ] zero_data: true }',
+     "'initial_state' dim for input name 'STATE_IN' doesn't match 'state' dim description. 2 != 1"),
+    ('initial_state: { name: "x" data_type: TYPE_INT32 dims: [ 1, 1 ] zero_data: true }',
+     "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input 'STATE_IN'. 2 != 1"),
+    (INITIAL_100, "failed to read initial state file"),
+])
+def test_an_initial_state_tritonserver_refuses_is_refused_with_its_message(tmp_path, initial, message):
+    repo = tmp_path / "models"
+    _accumulator(repo, "bad", initial=initial)
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code != 0
+    assert message in " ".join(result.output.split())
+
+
+def test_implicit_state_of_a_python_model_is_refused(tmp_path):
+    repo = tmp_path / "models"
+    python_model(repo, "p", None, textwrap.dedent("""
+        name: "p"
+        backend: "python"
+        max_batch_size: 0
+        input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        sequence_batching { state [ { input_name: "S" output_name: "T" data_type: TYPE_FP32 dims: [ 1 ] } ] }
+        """), source=STREAMER)
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code != 0
+    assert "implicit state" in result.output and 'backend "onnxruntime" only' in " ".join(result.output.split())

@@ -8,7 +8,8 @@
 - observer.py: the events statistics and metrics are built from
 - merge.py: concatenating a batch's inputs and splitting its outputs per request
 - batch_tensors.py: batch inputs and batch outputs (ragged batching), made from the batch itself
-- sequence_policy.py, sequence_batcher.py: the sequence batcher of stateful models (sequence_batching)
+- sequence_policy.py, sequence_state.py, sequence_batcher.py: the sequence batcher of stateful models
+  (sequence_batching): control tensors, implicit state, slots
 """
 
 from .batcher import BatcherState, DynamicBatcher, ModelInstance, OnLoop

@@ -122,13 +122,16 @@ def split_outputs(outputs: Mapping[str, np.ndarray], sizes: Sequence[int]) -> li
 
 def requested_output_names(requests: Sequence[InferRequest], model_outputs: Sequence[str]) -> list[str]:
     """The outputs the batch needs: every output if any request asks for all of them (None),
-    else the union of what the requests ask for, in the model's order."""
-    wanted: set[str] = set()
+    else the union of what the requests ask for, in the model's order; then the implicit state's
+    outputs that are not config outputs."""
+    states = requests[0].state_outputs if requests else ()
+    extra = [name for name in states if name not in model_outputs]
+    wanted: set[str] = set(states)
     for request in requests:
         if request.requested_outputs is None:
-            return list(model_outputs)
+            return [*model_outputs, *extra]
         wanted.update(output.name for output in request.requested_outputs)
-    return [name for name in model_outputs if name in wanted]
+    return [name for name in model_outputs if name in wanted] + extra
 
 
 def batch_responses(
@@ -137,15 +140,17 @@ def batch_responses(
     finish: Callable[[str, np.ndarray, InferRequest], np.ndarray] | None = None,
 ) -> list[InferResponse]:
     """One response per request from its part of the batch's outputs (`split_outputs`), with the
-    outputs it asked for (every output when it named none); `finish(name, array, request)`
+    outputs it asked for (every output when it named none) and its implicit state's outputs
+    (`InferRequest.state_outputs`, for the sequence batcher); `finish(name, array, request)`
     converts an output where the backend must (e.g. strings to bytes)."""
     responses: list[InferResponse] = []
     for request, outputs in zip(requests, parts):
         wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
+        states = request.state_outputs
         result = {
             name: array if finish is None else finish(name, array, request)
             for name, array in outputs.items()
-            if wanted is None or name in wanted
+            if wanted is None or name in wanted or name in states
         }
         responses.append(InferResponse(request.model_name, request.model_version, result, id=request.id))
     return responses

@@ -29,17 +29,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import invalid_argument
-from ..inference import InferOutcome, InferRequest
+from ..inference import InferOutcome, InferRequest, InferResponse
 from ..streaming import ResponseSink
 from .batcher import BatcherState, Clock, DynamicBatcher, ModelInstance, _lower_thread_priority, _stopping
 from .observer import BatcherObserver, FailureReason
 from .priority_queue import Callback, PendingRequest
 from .sequence_policy import SEQUENCE_END, SEQUENCE_START, SequencePolicy
+from .sequence_state import state_specs
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,14 @@ _BACKLOG_RECHECK_NS = 50_000_000  # an idle sequence still in the backlog is loo
 
 
 class _Slot:
-    __slots__ = ("correlation_id", "index", "instance", "queue")
+    __slots__ = ("correlation_id", "index", "instance", "queue", "state")
 
     def __init__(self, instance: int, index: int) -> None:
         self.instance = instance
         self.index = index
         self.correlation_id: int | str | None = None
         self.queue: deque[Any] = deque()  # PendingRequest, or _RELEASE
+        self.state: dict[str, np.ndarray] | None = None  # the sequence's implicit state
 
     def __lt__(self, other: _Slot) -> bool:  # free slots: the lowest index first, across instances
         return (self.index, self.instance) < (other.index, other.instance)
@@ -93,6 +96,26 @@ class _Padded:
         return [outcomes[position] for position in self._positions]
 
 
+class _Stateful:
+    """An instance whose requests carry implicit state: what each returns is kept as its
+    sequence's next state (SequenceBatcher._keep_state) before the outcome is delivered."""
+
+    def __init__(self, instance: Any, batcher: SequenceBatcher, slots: dict[int, _Slot]) -> None:
+        self._instance = instance
+        self._batcher = batcher
+        self._slots = slots  # id(request) -> its sequence's slot
+
+    @property
+    def name(self) -> str:
+        return self._instance.name
+
+    def execute(self, requests: list[InferRequest]) -> list[InferOutcome]:
+        outcomes = self._instance.execute(requests)
+        if len(outcomes) != len(requests):
+            return outcomes  # the batcher reports the miscount
+        return [self._batcher._keep_state(r, o, self._slots[id(r)]) for r, o in zip(requests, outcomes)]
+
+
 class SequenceBatcher(DynamicBatcher):
     def __init__(
         self,
@@ -102,9 +125,13 @@ class SequenceBatcher(DynamicBatcher):
         *,
         observer: BatcherObserver | None = None,
         clock: Clock = time.monotonic_ns,
+        model_dir: Path | None = None,
     ) -> None:
         super().__init__(model_name, config, instances, observer=observer, clock=clock)
         self.sequence = SequencePolicy.from_model_config(config)
+        self._state_specs = state_specs(config, model_dir)  # ValueError: Triton's message
+        self._state_outputs = tuple(spec.output_name for spec in self._state_specs)
+        self._config_outputs = {io.get("name") for io in config.get("output", ())}
         count = self.sequence.slots_per_instance
         self._slots = [[_Slot(i, k) for k in range(count)] for i in range(len(self.instances))]
         self._free = [slot for slots in self._slots for slot in slots]
@@ -257,8 +284,8 @@ class SequenceBatcher(DynamicBatcher):
                 return
             self._run(instance, layout)
 
-    def _next_layout(self, index: int) -> list[tuple[int, PendingRequest]] | None:
-        """Called with the lock held: (slot position, request) of this instance's next batch, or
+    def _next_layout(self, index: int) -> list[tuple[int, PendingRequest, _Slot]] | None:
+        """Called with the lock held: (position, request, slot) of this instance's next batch, or
         None when the worker should leave."""
         slots = self._slots[index]
         condition = self._ready[index]
@@ -268,11 +295,13 @@ class SequenceBatcher(DynamicBatcher):
             for slot in slots:
                 while slot.queue and slot.queue[0] is _RELEASE:
                     slot.queue.popleft()
+                    slot.state = None  # the idle sequence's state goes with it
                     self._release(slot)
                 if stopping and not slot.queue and slot.correlation_id is not None:
                     # no request can join a sequence any more: its slot goes to the backlog
                     if self._active.get(slot.correlation_id) is slot:
                         del self._active[slot.correlation_id]
+                    slot.state = None
                     self._release(slot)
             heads = [slot for slot in slots if slot.queue]
             if not heads:
@@ -288,11 +317,11 @@ class SequenceBatcher(DynamicBatcher):
             if policy.strategy == "oldest":
                 heads.sort(key=lambda s: s.queue[0].enqueue_ns)
                 heads = heads[: self._oldest_size(len(heads))]
-            layout: list[tuple[int, PendingRequest]] = []
+            layout: list[tuple[int, PendingRequest, _Slot]] = []
             for position, slot in enumerate(heads):
                 pending = slot.queue.popleft()
                 pending.queued = False
-                layout.append((slot.index if policy.strategy == "direct" else position, pending))
+                layout.append((slot.index if policy.strategy == "direct" else position, pending, slot))
                 if pending.request.flags & SEQUENCE_END and not slot.queue:
                     self._release(slot)
             return layout
@@ -321,12 +350,15 @@ class SequenceBatcher(DynamicBatcher):
                 return 0
         return delay_ns - waited
 
-    def _run(self, instance: ModelInstance, layout: list[tuple[int, PendingRequest]]) -> None:
+    def _run(self, instance: ModelInstance, layout: list[tuple[int, PendingRequest, _Slot]]) -> None:
         policy = self.sequence
-        batch = [pending for _, pending in layout]
+        batch = [pending for _, pending, _ in layout]
+        slots = {id(pending.request): slot for _, pending, slot in layout}
         for pending in batch:
             pending.request.inputs.update(policy.controls_for(pending.request))
-        positions = [position for position, _ in layout]
+            if self._state_specs:
+                self._give_state(pending.request, slots[id(pending.request)])
+        positions = [position for position, _, _ in layout]
         if policy.strategy == "direct" and policy.batching_model and positions != list(range(len(positions))):
             template = batch[0].request
             nulls = {p: self._null_request(template) for p in range(max(positions) + 1) if p not in positions}
@@ -334,11 +366,40 @@ class SequenceBatcher(DynamicBatcher):
         else:
             order = sorted(range(len(layout)), key=lambda i: positions[i])
             batch = [batch[i] for i in order]
+        if self._state_specs:
+            instance = _Stateful(instance, self, slots)
         self._execute(instance, batch)
+
+    # -- implicit state ---------------------------------------------------------------------------
+
+    def _give_state(self, request: InferRequest, slot: _Slot) -> None:
+        """The sequence's state (its slot's) as inputs of its request; the initial state at START."""
+        if slot.state is None or request.flags & SEQUENCE_START:
+            slot.state = {spec.input_name: spec.initial for spec in self._state_specs}
+        request.inputs.update(slot.state)
+        request.state_outputs = self._state_outputs
+
+    def _keep_state(self, request: InferRequest, outcome: InferOutcome, slot: _Slot) -> InferOutcome:
+        """After a request ran: its state outputs become the sequence's next state; they leave the
+        response unless the config lists them as outputs and the request asked for them. (A slot
+        released when its END request was taken may already hold the next sequence, which starts
+        with START and so with its initial state.)"""
+        current = slot.state
+        if isinstance(outcome, InferResponse):
+            wanted = None if request.requested_outputs is None else {o.name for o in request.requested_outputs}
+            for spec in self._state_specs:
+                produced = outcome.outputs.get(spec.output_name)
+                if produced is not None and current is not None:
+                    current[spec.input_name] = np.array(produced, copy=True)
+                if spec.output_name not in self._config_outputs or (wanted is not None and spec.output_name not in wanted):
+                    outcome.outputs.pop(spec.output_name, None)
+        if request.flags & SEQUENCE_END:
+            slot.state = None  # the next sequence of this slot starts from its initial state
+        return outcome
 
     def _null_request(self, template: InferRequest) -> InferRequest:
         """InferenceRequest::CopyAsNull: the template's inputs with zeroed data, READY false."""
-        controls = {control.name for control in self.sequence.controls}
+        controls = {control.name for control in self.sequence.controls} | {spec.input_name for spec in self._state_specs}
         inputs = {
             name: (np.full(array.shape, b"", dtype=object) if array.dtype == object else np.zeros_like(array))
             for name, array in template.inputs.items()
@@ -346,6 +407,8 @@ class SequenceBatcher(DynamicBatcher):
         }
         null = InferRequest(template.model_name, template.model_version, inputs,
                             requested_outputs=template.requested_outputs, batch_size=1)
+        null.inputs.update({spec.input_name: spec.initial for spec in self._state_specs})
+        null.state_outputs = self._state_outputs
         if template.responses is not None:  # a decoupled model: what it sends for the null request goes nowhere
             null.responses = ResponseSink()
         null.inputs.update(self.sequence.controls_for(null, ready=False))

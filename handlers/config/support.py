@@ -30,10 +30,10 @@ def check_supported(config: Config) -> None:
                 'backends "python", "onnxruntime" and "pytorch"',
                 code=CODE_UNSUPPORTED,
             )
-        if sequence.get("state"):
+        if sequence.get("state") and backend not in ("onnxruntime", "onnxruntime_onnx"):
             raise ConfigError(
-                f"model '{name}' uses implicit state (sequence_batching {{ state }}): not supported; a python "
-                "model keeps its sequences' state itself, by correlation ID",
+                f"model '{name}' uses implicit state (sequence_batching {{ state }}) with backend '{backend}': served "
+                'for backend "onnxruntime" only; a python model keeps its sequences\' state itself, by correlation ID',
                 code=CODE_UNSUPPORTED,
             )
     if (config.get("model_transaction_policy") or {}).get("decoupled", False):

@@ -32,6 +32,7 @@ from typing import Any, Iterable
 from google.protobuf.message import Message
 
 from handlers.backends.onnxruntime import op_libraries
+from handlers.batching.sequence_state import state_specs
 
 from . import fil, onnx_autocomplete, torchscript
 from .backend_fields import (
@@ -382,6 +383,11 @@ def _load_backend_model(
     check_supported(config)
     if backend == PYTHON_BACKEND:
         check_execution_environment(config, model.path)
+    if config.sequence_batching.state:
+        try:  # the sequence batcher's load-time checks of implicit state and its initial data
+            state_specs(to_triton_json(config), model.path)
+        except ValueError as exc:
+            raise ModelError(str(exc), model=model.name, hint=("initial_state", "state")) from None
     if config.response_cache.enable:
         warnings.append(
             "response_cache is enabled: responses are cached where the server runs with a cache, as with "
