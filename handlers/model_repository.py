@@ -331,8 +331,9 @@ class ModelRepository:
             log.error("failed to load '%s' version %d: %s", model.name, model.version, exc)
 
     def _cache(self, model: LoadedModel) -> None:
-        """Put the response cache in front of the model's scheduler when both ask for it."""
-        if self.response_cache is not None and cache_enabled(model.spec.config):
+        """Put the response cache in front of the model's scheduler when both ask for it (not for a
+        decoupled ensemble: Triton's cache takes no decoupled model)."""
+        if self.response_cache is not None and cache_enabled(model.spec.config) and not model.decoupled:
             model.scheduler = CachingScheduler(model.scheduler, self.response_cache, model.statistics)
             log.info("model '%s' version %d: responses cached (response_cache)", model.name, model.version)
 

@@ -380,7 +380,7 @@ def test_checks_after_completion_give_tritons_message_on_the_host_and_in_the_ima
 
 @pytest.mark.parametrize(
     "case",
-    ["missing-in-image-too", "decoupled", "ensemble-mismatch", "warmup-batch-size", "raises"],
+    ["missing-in-image-too", "ensemble-mismatch", "warmup-batch-size", "raises"],
 )
 def test_image_step_failures_name_the_model(case: str, repo: Path, acme: Path) -> None:
     pythonpath = [ROOT, acme]
@@ -390,11 +390,6 @@ def test_image_step_failures_name_the_model(case: str, repo: Path, acme: Path) -
         expected = ("featurize: ModuleNotFoundError: No module named 'acme_features'", "(the image cannot import "
                     f"'acme_features' either: list it in {repo / 'featurize' / 'requirements.txt'}, which toolkit build "
                     "installs into the image)")
-    elif case == "decoupled":
-        source = MODEL_PY.replace("config.set_dynamic_batching()", 'config.set_model_transaction_policy({"decoupled": True})')
-        write_model(repo, "featurize", source)
-        expected = ("pipeline: ensemble 'pipeline' is decoupled (a step's model ('featurize') has model_transaction_policy "
-                    "{ decoupled: true }): streaming responses through an ensemble is not supported",)
     elif case == "ensemble-mismatch":
         (acme / "acme_features" / "__init__.py").write_text("MAX_BATCH = 8\nWIDTH = 5\n")
         expected = ("pipeline: in ensemble pipeline, ensemble tensor feat: inconsistent shape: [-1,5] is inferred from model "
@@ -415,6 +410,20 @@ def test_image_step_failures_name_the_model(case: str, repo: Path, acme: Path) -
     for part in expected:
         assert part in done.stderr, done.stderr
     assert json.loads(manifest.read_text())["models"][0].get("autocomplete") == "image"
+
+
+def test_image_step_marks_an_ensemble_decoupled_when_a_completed_step_makes_itself_decoupled(repo: Path, acme: Path) -> None:
+    source = MODEL_PY.replace("config.set_dynamic_batching()", 'config.set_model_transaction_policy({"decoupled": True})')
+    write_model(repo, "featurize", source)
+    compiled = compile_repository(repo, python_autocomplete=AUTOCOMPLETE_IMAGE)
+    assert compiled.ok, {n: str(e) for n, e in compiled.failures.items()}
+    manifest = compiled.write_manifest(repo / "models.json")
+    done = run_image_step(manifest, ROOT, acme)
+    assert done.returncode == 0, done.stderr
+    entries = {m["name"]: m for m in json.loads(manifest.read_text())["models"]}
+    assert entries["featurize"]["config"]["model_transaction_policy"] == {"decoupled": True}
+    # ValidateEnsembleConfig's verdict on the completed configs: the ensemble streams
+    assert entries["pipeline"]["config"]["model_transaction_policy"] == {"decoupled": True}
 
 
 def test_image_step_warns_about_warmup_inputs_the_model_does_not_have(repo: Path, acme: Path) -> None:

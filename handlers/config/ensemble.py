@@ -6,7 +6,10 @@
 - `validate_ensemble_config`: ValidateEnsembleConfig (core ensemble_utils.cc), once the
   composing models are loaded: the ensemble's max_batch_size, the input and output maps, and one
   data type and a compatible shape per ensemble tensor along the data flow; `hint` names the
-  composing model or tensor concerned.
+  composing model or tensor concerned. It also walks the data flow from the ensemble's inputs,
+  labelling each tensor with the decoupled step it descends from, refuses a step (or the ensemble's
+  outputs) fed by two different labels, and returns whether any step on the way is decoupled:
+  the ensemble's own `model_transaction_policy { decoupled }`.
 
 The compiler (toolkit/repository) and the image build's completion step (for ensembles calling a
 python model completed in the image) both run these.
@@ -141,13 +144,21 @@ def _shape(dims: list[int]) -> str:
 
 
 class _Tensor:
-    """TensorNode: a tensor's type and shape and the model it was inferred from."""
+    """TensorNode: a tensor's type and shape and the model it was inferred from; its place in the
+    data flow (the tensors it is computed from and those computed from it) and, once visited, the
+    decoupled step it descends from (`label`, 0: none)."""
 
-    def __init__(self, model: str, batching: bool, data_type: str, dims: list[int]):
+    def __init__(self, model: str, batching: bool = False, data_type: str = "", dims: list[int] | None = None):
         self.model = model
         self.data_type = data_type
-        self.dims = list(dims)
+        self.dims = list(dims or [])
         self.full_dims = ([-1] if batching else []) + self.dims
+        self.decoupled = False
+        self.label = 0
+        self.visited = False
+        self.prev: list[_Tensor] = []
+        self.next: list[_Tensor] = []
+        self.sibling: _Tensor | None = None  # shared by the outputs of one step: one label per step
 
 
 def _dims_match(a: list[int], b: list[int]) -> bool:
@@ -177,15 +188,20 @@ def _io_dims(io: Config) -> list[int]:
     return list(io.get("dims", []))
 
 
-def validate_ensemble_config(ensemble: Config, composing: Mapping[str, Config]) -> None:
+def validate_ensemble_config(ensemble: Config, composing: Mapping[str, Config]) -> bool:
     """ConfigError with Triton's message when `ensemble`'s steps do not fit the `composing`
-    models' configs (by model name)."""
+    models' configs (by model name); else whether the ensemble is decoupled."""
     name = ensemble["name"]
     ensemble_mbs = int(ensemble.get("max_batch_size", 0))
     batching = ensemble_mbs > 0
     tensors: dict[str, _Tensor] = {}
-    for io in [*ensemble.get("input", []), *ensemble.get("output", [])]:
+    for io in ensemble.get("input", []):
         tensors.setdefault(io["name"], _Tensor(name, batching, io["data_type"], _io_dims(io)))
+    sink = _Tensor(name)  # the ensemble's response: fed by all of its outputs
+    for io in ensemble.get("output", []):
+        tensor = tensors.setdefault(io["name"], _Tensor(name, batching, io["data_type"], _io_dims(io)))
+        sink.prev.append(tensor)
+        tensor.next.append(sink)
 
     for step in ensemble["ensemble_scheduling"]["step"]:
         model = step["model_name"]
@@ -229,6 +245,7 @@ def validate_ensemble_config(ensemble: Config, composing: Mapping[str, Config]) 
                     f"{prefix}ensemble tensor {tensor} is mapped from non-existing output {model_output} in model {model}",
                     hint=model_output,
                 )
+        sibling = _Tensor(model)
         for model_output, tensor in output_map.items():
             io = outputs[model_output]
             node = _Tensor(model, step_batching, io["data_type"], list(io.get("dims", [])))
@@ -236,6 +253,51 @@ def validate_ensemble_config(ensemble: Config, composing: Mapping[str, Config]) 
                 _consistent(tensors[tensor], node, f"{prefix}ensemble tensor {tensor}: ", tensor)
             else:
                 tensors[tensor] = node
+            tensors[tensor].sibling = sibling
+        decoupled = bool((config.get("model_transaction_policy") or {}).get("decoupled", False))
+        for tensor in output_map.values():  # link the data flow
+            node = tensors[tensor]
+            node.decoupled = decoupled
+            for source in input_map.values():
+                node.prev.append(tensors[source])
+                tensors[source].next.append(node)
+    return _decoupled_labels(name, [tensors[io["name"]] for io in ensemble.get("input", [])])
+
+
+def _decoupled_labels(name: str, inputs: list[_Tensor]) -> bool:
+    """ValidateEnsembleConfig's walk of the data flow, breadth first from the ensemble's inputs: a
+    tensor gets the label of the tensors it is computed from, or a new one where a decoupled step
+    computes it (the outputs of one step share one); a step fed by two labels is refused, as are
+    outputs of the ensemble from two. True when some label was made: the ensemble is decoupled."""
+    made = 0
+    queue = list(inputs)
+    for tensor in queue:
+        tensor.visited = True
+    while queue:
+        current = queue.pop(0)
+        for candidate in current.next:
+            if candidate.visited or not all(p.visited for p in candidate.prev):
+                continue
+            label = candidate.prev[0].label
+            if any(p.label != label for p in candidate.prev):
+                raise ConfigError(
+                    f"in ensemble {name}, step of model '{candidate.model}' receives inputs originated from different "
+                    "decoupled models",
+                    hint=candidate.model,
+                )
+            sibling = candidate.sibling
+            if sibling is not None and sibling.visited:
+                candidate.label = sibling.label
+            else:
+                if candidate.decoupled:
+                    made += 1
+                    label = made
+                candidate.label = label
+                if sibling is not None:
+                    sibling.label, sibling.visited = label, True
+            candidate.visited = True
+            queue.append(candidate)
+    return made != 0
 
 
 __all__ = ["ENSEMBLE_PLATFORM", "validate_ensemble_config", "validate_ensemble_scheduling"]

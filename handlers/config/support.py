@@ -36,9 +36,7 @@ def check_supported(config: Config) -> None:
                 'for backend "onnxruntime" only; a python model keeps its sequences\' state itself, by correlation ID',
                 code=CODE_UNSUPPORTED,
             )
-    if (config.get("model_transaction_policy") or {}).get("decoupled", False):
-        if config.get("platform") == "ensemble":
-            raise ConfigError(decoupled_ensemble_message(name), code=CODE_UNSUPPORTED)
+    if (config.get("model_transaction_policy") or {}).get("decoupled", False) and config.get("platform") != "ensemble":
         backend = config.get("backend", "")
         if backend != "python":
             raise ConfigError(
@@ -81,15 +79,4 @@ def check_execution_environment(config: Config, model_dir: Path) -> None:
         raise ConfigError(f"model '{name}': {exc}", hint="EXECUTION_ENV_PATH", code=CODE_UNSUPPORTED) from None
 
 
-def decoupled_ensemble_message(name: str, steps: Any = ()) -> str:
-    """The refusal of an ensemble that a decoupled step makes decoupled (Triton's
-    ValidateEnsembleConfig marks such an ensemble decoupled); `steps`: the decoupled ones."""
-    which = f" ('{steps[0]}')" if steps else ""
-    return (
-        f"ensemble '{name}' is decoupled (a step's model{which} has model_transaction_policy {{ decoupled: true }}): "
-        "streaming responses through an ensemble is not supported; call the decoupled model directly "
-        "(generate_stream, gRPC ModelStreamInfer) or from a Python model with BLS exec(decoupled=True)"
-    )
-
-
-__all__ = ["check_execution_environment", "check_supported", "decoupled_ensemble_message"]
+__all__ = ["check_execution_environment", "check_supported"]

@@ -29,11 +29,12 @@ from .errors import STAGE_ENSEMBLE, ModelError, UnsupportedModelError
 from .model_config import to_triton_json
 
 
-def validate_ensemble_config(ensemble: dict[str, Any], composing: dict[str, dict[str, Any]]) -> None:
+def validate_ensemble_config(ensemble: dict[str, Any], composing: dict[str, dict[str, Any]]) -> bool:
     """ValidateEnsembleConfig over completed (Triton JSON) configs: the rule's one implementation
-    (handlers/config/ensemble.py, which the image build also runs)."""
+    (handlers/config/ensemble.py, which the image build also runs); whether the ensemble is
+    decoupled."""
     try:
-        _validate_ensemble_config(ensemble, composing)
+        return _validate_ensemble_config(ensemble, composing)
     except ConfigError as exc:
         raise ModelError(exc.message, hint=exc.hint) from None
 
@@ -114,9 +115,10 @@ def resolve_ensembles(
             progressed = True
             if error is None:
                 error = _check_upstreams(name, steps[name], status, result)
+            decoupled = False
             if error is None:
                 try:
-                    validate_ensemble_config(
+                    decoupled = validate_ensemble_config(
                         to_triton_json(ensembles[name]),
                         {m: result.models[m].config for m, _ in steps[name]},
                     )
@@ -126,21 +128,11 @@ def resolve_ensembles(
                 status[name] = error
                 result.failures[name] = error
                 continue
-            # ValidateEnsembleConfig marks the ensemble decoupled when a step of its data flow is.
+            # ValidateEnsembleConfig marks the ensemble decoupled when a step of its data flow is;
+            # the ensemble then streams (handlers/backends/ensemble.py).
             policy = ensembles[name].model_transaction_policy
             policy.SetInParent()
-            decoupled = [
-                m for m, _ in steps[name]
-                if result.models[m].config.get("model_transaction_policy", {}).get("decoupled", False)
-            ]
-            policy.decoupled = bool(decoupled)
-            if decoupled:  # this product does not stream through ensembles
-                from handlers.config.support import decoupled_ensemble_message
-
-                status[name] = result.failures[name] = UnsupportedModelError(
-                    decoupled_ensemble_message(name, decoupled), model=name
-                )
-                continue
+            policy.decoupled = decoupled
             try:
                 result.models[name] = load(name, [])
             except ModelError as exc:

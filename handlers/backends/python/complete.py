@@ -35,7 +35,7 @@ from typing import Any
 
 from ...config.ensemble import ENSEMBLE_PLATFORM, validate_ensemble_config
 from ...config.errors import ConfigError
-from ...config.support import check_supported, decoupled_ensemble_message
+from ...config.support import check_supported
 from ...config.validate import (
     check_label_files,
     duplicate_tensor_warnings,
@@ -145,14 +145,12 @@ def complete_manifest(
         if any(model in failures or model not in by_name for model in called):
             continue  # the failing model is reported itself
         try:
-            validate_ensemble_config(config, {model: by_name[model]["config"] for model in called})
+            decoupled = validate_ensemble_config(config, {model: by_name[model]["config"] for model in called})
         except ConfigError as exc:
             failures[entry["name"]] = exc.message
             continue
-        decoupled = [m for m in called if (by_name[m]["config"].get("model_transaction_policy") or {}).get("decoupled")]
-        if decoupled:  # a step made itself decoupled: so is the ensemble (ValidateEnsembleConfig)
-            failures[entry["name"]] = decoupled_ensemble_message(entry["name"], decoupled)
-            continue
+        # a step that made itself decoupled makes the ensemble decoupled (ValidateEnsembleConfig)
+        config.setdefault("model_transaction_policy", {})["decoupled"] = decoupled
         result.ensembles_checked.append(entry["name"])
 
     if failures:
