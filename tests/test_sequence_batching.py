@@ -7,7 +7,8 @@ Triton's example repository, and a python simple_string_dyna_sequence), with the
 over HTTP, gRPC and a gRPC stream. Run unchanged from a client checkout they print PASS
 (docs/triton-compatibility.md). Then the scheduler's rules with a python model that reports what
 it was given: control tensor values, Triton's errors, the idle timeout, the backlog, direct slots
-with null requests, and oldest batching."""
+with null requests, and oldest batching. Implicit state with ONNX models, and with the libtorch
+models of Triton's own qa/common/gen_qa_implicit_models.py."""
 
 from __future__ import annotations
 
@@ -819,4 +820,154 @@ def test_implicit_state_of_a_python_model_is_refused(tmp_path):
         """), source=STREAMER)
     result = invoke(["validate", str(repo)])
     assert result.exit_code != 0
-    assert "implicit state" in result.output and 'backend "onnxruntime" only' in " ".join(result.output.split())
+    assert "implicit state" in result.output and 'backends "onnxruntime" and "pytorch"' in " ".join(result.output.split())
+
+
+# -- implicit state (pytorch): Triton's qa/common/gen_qa_implicit_models.py libtorch models ----------
+
+
+class ImplicitSequenceNet(torch.nn.Module):
+    """gen_qa_implicit_models.py's libtorch model without an initial state: the state counts
+    only where the request is READY and not a START."""
+
+    def forward(self, input0, input0_state, start0, ready0):
+        use_state = torch.logical_and(ready0, torch.logical_not(start0))
+        result = torch.mul(use_state, input0_state)
+        result += input0
+        return result, result
+
+
+class ImplicitSequenceNetZero(torch.nn.Module):
+    """The same model for `initial_state` zero_data: the state is always added."""
+
+    def forward(self, input0, input0_state, start0, ready0):
+        result = input0_state + input0
+        return result, result
+
+
+class ImplicitStringNet(torch.nn.Module):
+    """gen_qa_implicit_models.py's List[str] libtorch model (initial state zero_data)."""
+
+    def forward(
+        self, input0: list[str], input0_state: list[str], start0, ready0
+    ) -> tuple[list[str], list[str]]:
+        input0_state_int = torch.tensor([int("0" + i) for i in input0_state], device=start0.device)
+        input0_int = torch.tensor([int("0" + i) for i in input0], device=start0.device)
+        result_int = (input0_state_int + input0_int).cpu()
+        result = [str(i.item()) for i in result_int]
+        return result, result
+
+
+def _libtorch_implicit(repo: Path, name: str, module: torch.nn.Module, *, max_batch: int, dtype: str = "TYPE_INT32",
+                       initial: bool = False, state_input: str = "INPUT_STATE__1", input_name: str = "INPUT__0") -> None:
+    """gen_qa_implicit_models.py's create_libtorch_modelconfig (KIND_GPU as it writes it: a CPU target runs it on the CPU)."""
+    initial_state = (f'initial_state: {{ data_type: {dtype} dims: [ 1 ] zero_data: true name: "initial_state" }}'
+                     if initial else "")
+    write_model(repo, name, textwrap.dedent(f"""
+        name: "{name}"
+        platform: "pytorch_libtorch"
+        max_batch_size: {max_batch}
+        input [ {{ name: "{input_name}" data_type: {dtype} dims: [ 1 ] }} ]
+        output [ {{ name: "OUTPUT__0" data_type: {dtype} dims: [ 1 ] }} ]
+        instance_group [ {{ kind: KIND_GPU }} ]
+        sequence_batching {{
+          max_sequence_idle_microseconds: 5000000
+          control_input [
+            {{ name: "START__2" control [ {{ kind: CONTROL_SEQUENCE_START int32_false_true: [ 0, 1 ] }} ] }},
+            {{ name: "READY__3" control [ {{ kind: CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] }} ] }}
+          ]
+          state [ {{ input_name: "{state_input}" output_name: "OUTPUT_STATE__1" data_type: {dtype} dims: [ 1 ] {initial_state} }} ]
+        }}
+        """).lstrip(), lambda path: save_script(module, path))
+
+
+@pytest.fixture(scope="module")
+def libtorch_stateful(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("libtorch-state") / "models"
+    _libtorch_implicit(repo, "libtorch_sequence_int32", ImplicitSequenceNet(), max_batch=8)
+    _libtorch_implicit(repo, "libtorch_nobatch_sequence_int32", ImplicitSequenceNet(), max_batch=0)
+    _libtorch_implicit(repo, "libtorch_zero_sequence_int32", ImplicitSequenceNetZero(), max_batch=8, initial=True)
+    _libtorch_implicit(repo, "libtorch_nobatch_sequence_object", ImplicitStringNet(), max_batch=0, dtype="TYPE_STRING",
+                       initial=True)
+    # inputs named after forward's arguments: the state input takes its argument by name too
+    _libtorch_implicit(repo, "libtorch_named_sequence_int32", ImplicitSequenceNet(), max_batch=8, input_name="input0",
+                       state_input="input0_state")
+    with serve(repo, "--device", "cpu") as running:
+        yield running
+
+
+def _libtorch_sums(server, model: str, values: list, sequence_id: int, *, batched: bool, string: bool = False) -> list:
+    client = grpcclient.InferenceServerClient(server.grpc)
+    try:
+        got = []
+        for step, value in enumerate(values):
+            shape = [1, 1] if batched else [1]
+            name = "input0" if "named" in model else "INPUT__0"
+            tensor = grpcclient.InferInput(name, shape, "BYTES" if string else "INT32")
+            tensor.set_data_from_numpy(np.full(shape, value, object if string else np.int32))
+            result = client.infer(model, [tensor], sequence_id=sequence_id, sequence_start=step == 0,
+                                  sequence_end=step == len(values) - 1)
+            assert result.get_response().outputs[0].name == "OUTPUT__0" and len(result.get_response().outputs) == 1
+            out = result.as_numpy("OUTPUT__0").reshape(-1)[0]
+            got.append(out.decode() if string else int(out))
+        return got
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("model, batched", [
+    ("libtorch_sequence_int32", True), ("libtorch_nobatch_sequence_int32", False), ("libtorch_zero_sequence_int32", True),
+    ("libtorch_named_sequence_int32", True),
+])
+def test_a_torchscript_model_carries_its_implicit_state_from_request_to_request(libtorch_stateful, model, batched):
+    assert _libtorch_sums(libtorch_stateful, model, [1, 2, 3], 30, batched=batched) == [1, 3, 6]
+    assert _libtorch_sums(libtorch_stateful, model, [7, 1], 30, batched=batched) == [7, 8]  # a new sequence starts over
+
+
+def test_a_torchscript_string_state(libtorch_stateful):
+    assert _libtorch_sums(libtorch_stateful, "libtorch_nobatch_sequence_object", [b"1", b"2", b"30"], 31,
+                          batched=False, string=True) == ["1", "3", "33"]
+
+
+def test_interleaved_torchscript_sequences_keep_their_own_state_in_one_batch(libtorch_stateful):
+    results: dict[int, list] = {}
+
+    def run(sequence_id, values):
+        results[sequence_id] = _libtorch_sums(libtorch_stateful, "libtorch_sequence_int32", values, sequence_id, batched=True)
+
+    threads = [threading.Thread(target=run, args=(40, [1, 1, 1, 1])), threading.Thread(target=run, args=(41, [10, 10, 10]))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {40: [1, 2, 3, 4], 41: [10, 20, 30]}
+
+
+@pytest.mark.parametrize("state_input, message", [
+    ("INPUT_STATE", "state input 'INPUT_STATE' of model 'bad' does not follow the <name>__<index> convention"),
+    ("INPUT_STATE__0", "inputs 'INPUT__0' and 'INPUT_STATE__0' of model 'bad' both name forward argument 0"),
+])
+def test_a_torchscript_state_input_tritonserver_would_misplace_is_refused(tmp_path, state_input, message):
+    repo = tmp_path / "models"
+    _libtorch_implicit(repo, "bad", ImplicitSequenceNet(), max_batch=8, state_input=state_input)
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code != 0
+    assert message in " ".join(result.output.split())
+
+
+def test_a_torchscript_state_output_is_found_by_its_index_as_the_backend_reads_it():
+    from handlers.backends.pytorch.config import ConfigError, output_layout
+
+    def layout(output_name: str, dtype: str = "TYPE_INT32"):
+        config = {"name": "m", "max_batch_size": 8, "output": [{"name": "OUTPUT__0", "data_type": "TYPE_INT32", "dims": [1]}],
+                  "sequence_batching": {"state": [{"input_name": "S__1", "output_name": output_name,
+                                                   "data_type": dtype, "dims": [1]}]}}
+        return output_layout(config, [])
+
+    assert layout("OUTPUT_STATE__1").positions == {"OUTPUT__0": 0, "OUTPUT_STATE__1": 1}
+    assert layout("OUTPUT_STATE__12x").positions["OUTPUT_STATE__12x"] == 12  # std::atoi reads the leading digits
+    assert layout("OUTPUT_STATE").positions["OUTPUT_STATE"] == 0  # no "__": std::atoi of the name less its first letter
+    with pytest.raises(ConfigError, match="unsupported datatype TYPE_UINT32 for state 'T__1' for model 'm'"):
+        layout("T__1", "TYPE_UINT32")
+    with pytest.raises(ConfigError, match="Triton only supports 1 dimensional List of String as output for 'T__1'"):
+        layout("T__1", "TYPE_STRING")

@@ -16,6 +16,9 @@ Config = Mapping[str, Any]
 
 # Backends whose models may use sequence_batching: their instances take the control tensors as inputs.
 SEQUENCE_BACKENDS = ("python", "onnxruntime", "onnxruntime_onnx", "pytorch", "pytorch_libtorch")
+# Backends whose models may use implicit state (`sequence_batching { state }`): they take the state
+# as an input and produce its next value as an output.
+STATE_BACKENDS = ("onnxruntime", "onnxruntime_onnx", "pytorch", "pytorch_libtorch")
 
 
 def check_supported(config: Config) -> None:
@@ -30,10 +33,11 @@ def check_supported(config: Config) -> None:
                 'backends "python", "onnxruntime" and "pytorch"',
                 code=CODE_UNSUPPORTED,
             )
-        if sequence.get("state") and backend not in ("onnxruntime", "onnxruntime_onnx"):
+        if sequence.get("state") and backend not in STATE_BACKENDS:
             raise ConfigError(
                 f"model '{name}' uses implicit state (sequence_batching {{ state }}) with backend '{backend}': served "
-                'for backend "onnxruntime" only; a python model keeps its sequences\' state itself, by correlation ID',
+                'for backends "onnxruntime" and "pytorch"; a python model keeps its sequences\' state itself, by '
+                "correlation ID",
                 code=CODE_UNSUPPORTED,
             )
     if (config.get("model_transaction_policy") or {}).get("decoupled", False) and config.get("platform") != "ensemble":

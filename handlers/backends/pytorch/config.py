@@ -248,7 +248,8 @@ def input_layout(config: dict[str, Any], signature: Signature | None, warnings: 
     inputs = config.get("input", [])
     batching = int(config.get("max_batch_size", 0)) > 0
     controls = _sequence_controls(config)
-    expected = len(inputs) + len(config.get("batch_input", [])) + len(controls)
+    states = _states(config)
+    expected = len(inputs) + len(config.get("batch_input", [])) + len(controls) + len(states)
     arguments = signature.inputs if signature is not None else None
     dict_input = False
     allowed: list[str] = []
@@ -293,6 +294,7 @@ def input_layout(config: dict[str, Any], signature: Signature | None, warnings: 
             positions[name] = position
         _check_datatype(io, "input", model, batching)
     _place_batch_inputs(config, positions, allowed, convention, dict_input)
+    _place_state_inputs(config, positions, allowed, convention, dict_input)
     positions.update(controls)
     arity = len(arguments) if arguments is not None else len(inputs)
     if not dict_input and convention is not None:
@@ -313,6 +315,53 @@ def _sequence_controls(config: dict[str, Any]) -> dict[str, int]:
             raise ConfigError(f"input '{name}' does not follow <name>__<index> naming convention.")
         positions[name] = _index(name)
     return positions
+
+
+def _states(config: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((config.get("sequence_batching") or {}).get("state", []))
+
+
+def _atoi(text: str) -> int:
+    """std::atoi: an optional sign and the leading digits, else 0."""
+    sign, rest = (-1 if text[:1] == "-" else 1, text[1:]) if text[:1] in ("+", "-") else (1, text)
+    number = ""
+    for character in rest:
+        if not character.isdigit():
+            break
+        number += character
+    return sign * int(number) if number else 0
+
+
+def _place_state_inputs(
+    config: dict[str, Any], positions: dict[str, int], allowed: list[str], convention: str | None, dict_input: bool
+) -> None:
+    """Implicit state (`sequence_batching { state }`): each state's input takes a forward argument
+    by the inputs' convention, as ValidateInputs' AddInputToMap places it (by name, by its
+    `__<index>`, or at the state's own index). Where tritonserver would pass it nowhere, refused
+    with the reason."""
+    model = config.get("name", "")
+    for index, state in enumerate(_states(config)):
+        name, dtype = state.get("input_name", ""), state.get("data_type", "TYPE_INVALID")
+        if dtype not in TORCH_DTYPES and dtype != STRING:
+            raise ConfigError(f"unsupported datatype {dtype} for input state '{name}' for model '{model}'")
+        if dict_input or convention == STRICT_CONFIG_ORDERING:
+            positions[name] = index
+        elif convention == FORWARD_ARGUMENT:
+            if name not in allowed:
+                raise ConfigError(
+                    f"state input '{name}' of model '{model}' is not an argument of forward ({', '.join(allowed)}): "
+                    "the inputs are named after forward's arguments, so a state's input_name must be one too",
+                    INVALID_ARG,
+                )
+            positions[name] = allowed.index(name)
+        elif convention == NAMED_INDEX:
+            if _index_suffix(name) is None:
+                raise ConfigError(
+                    f"state input '{name}' of model '{model}' does not follow the <name>__<index> convention of the "
+                    "model's inputs: name it after the forward argument it fills, as INPUT_STATE__1",
+                    INVALID_ARG,
+                )
+            positions[name] = _index(name)
 
 
 def _place_batch_inputs(
@@ -386,6 +435,17 @@ def output_layout(config: dict[str, Any], warnings: list[str]) -> OutputLayout:
         _check_datatype(io, "output", model, batching)
         positions[name] = _index(name) if convention == NAMED_INDEX else position
         datatypes[name] = io.get("data_type", "TYPE_INVALID")
+    for state in _states(config):  # a state's output is found by its `__<index>`, whatever the outputs' convention
+        name, dtype = state.get("output_name", ""), state.get("data_type", "TYPE_INVALID")
+        if dtype not in TORCH_DTYPES and dtype != STRING:
+            raise ConfigError(f"unsupported datatype {dtype} for state '{name}' for model '{model}'")
+        if dtype == STRING and len(state.get("dims", [])) + (1 if batching else 0) > 1:
+            raise ConfigError(
+                f"Triton only supports 1 dimensional List of String as output for '{name}' for model '{model}'"
+            )
+        position = name.find("__")
+        positions[name] = _atoi(name[position + 2 :] if position >= 0 else name[1:])
+        datatypes[name] = dtype
     return OutputLayout(positions, datatypes)
 
 

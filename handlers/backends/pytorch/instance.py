@@ -163,7 +163,10 @@ class PyTorchInstance:
             log.warning("%s", note)
         self.batching = spec.max_batch_size > 0
         self._output_names = [io["name"] for io in config.get("output", [])]
-        self._string_inputs = {io["name"] for io in config.get("input", []) if io.get("data_type") == STRING}
+        states = (config.get("sequence_batching") or {}).get("state", [])
+        self._string_inputs = {io["name"] for io in config.get("input", []) if io.get("data_type") == STRING} | {
+            state.get("input_name") for state in states if state.get("data_type") == STRING
+        }
         self._order = sorted(self.inputs.positions, key=self.inputs.positions.__getitem__)
         self._ragged = {io["name"] for io in config.get("input", []) if io.get("allow_ragged_batch")}
         try:
