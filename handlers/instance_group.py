@@ -24,10 +24,14 @@ def instance_slots(config: dict[str, Any]) -> list[InstanceSlot]:
 
     TritonModelInstance::CreateInstances: `count` instances per group, and for KIND_GPU `count`
     on each listed GPU; instances are named "<group>_<i>" (tritonserver 2.51 does so for count 1
-    too: observed `add_sub_0_0`, `probe_0`).
+    too: observed `add_sub_0_0`, `probe_0`). Groups with `passive: true` make no slot: tritonserver
+    loads their instances but never gives them a request (no warmup, no scheduler, no backend
+    thread), so here they are not made at all.
     """
     slots: list[InstanceSlot] = []
     for group in config.get("instance_group", []):
+        if group.get("passive", False):
+            continue
         kind = group.get("kind", "KIND_CPU")
         count = int(group.get("count", 1))
         for index in range(count):

@@ -24,6 +24,14 @@ STATE_BACKENDS = ("onnxruntime", "onnxruntime_onnx", "pytorch", "pytorch_libtorc
 def check_supported(config: Config) -> None:
     """ConfigError with code CODE_UNSUPPORTED for a feature this product refuses."""
     name = config.get("name", "")
+    groups = config.get("instance_group") or []
+    if groups and all(group.get("passive", False) for group in groups):
+        raise ConfigError(
+            f"every instance group of model '{name}' is passive (instance_group {{ passive: true }}): passive "
+            "instances take no requests, so the model could answer none (tritonserver 2.51 loads it and dies with "
+            "signal 11 at its first request); make one group active (passive: false)",
+            code=CODE_UNSUPPORTED,
+        )
     sequence = config.get("sequence_batching")
     if sequence is not None:
         backend = config.get("backend") or config.get("platform", "")
