@@ -8,7 +8,8 @@ same repository runs on tritonserver 2.51 (whose build has the python backend on
 - `detokenize`: TOKEN and POS -> PIECE, "<pos>:<char>";
 - `pipeline` (ensemble): TEXT -> tokenize -> tokens -> detokenize, outputs PIECE and POS;
 - `direct` (ensemble): IDS -> tokens, the decoupled step last, outputs TOKEN and POS;
-- `plain` (ensemble, not decoupled): TEXT -> tokenize, output IDS.
+- `plain` (ensemble, not decoupled): TEXT -> tokenize, output IDS;
+- `collect`: calls `pipeline` with BLS `exec(decoupled=True)` and joins what its responses carry.
 """
 
 from __future__ import annotations
@@ -46,6 +47,31 @@ class TritonPythonModel:
             where = "-" if pos is None else str(int(pos.as_numpy().reshape(-1)[0]))
             piece = np.array([f"{where}:{chr(token)}".encode()], dtype=np.object_)
             responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("PIECE", piece)]))
+        return responses
+"""
+
+COLLECT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            call = pb_utils.InferenceRequest(
+                model_name="pipeline", inputs=[pb_utils.get_input_tensor_by_name(request, "TEXT")],
+                requested_output_names=["PIECE"],
+            )
+            pieces = []
+            for response in call.exec(decoupled=True):
+                if response.has_error():
+                    pieces.append("error: " + response.error().message())
+                    continue
+                piece = pb_utils.get_output_tensor_by_name(response, "PIECE")
+                pieces.append("final" if piece is None else piece.as_numpy().reshape(-1)[0].decode())
+            joined = np.array([" ".join(pieces).encode()], dtype=np.object_)
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("JOINED", joined)]))
         return responses
 """
 
@@ -95,6 +121,13 @@ CONFIGS = {
           { model_name: "tokenize" model_version: -1 input_map { key: "TEXT" value: "TEXT" } output_map { key: "IDS" value: "IDS" } }
         ] }
     """,
+    "collect": """
+        backend: "python"
+        max_batch_size: 0
+        input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]
+        output [ { name: "JOINED" data_type: TYPE_STRING dims: [ 1 ] } ]
+        instance_group [ { kind: KIND_CPU count: 1 } ]
+    """,
     "direct": """
         platform: "ensemble"
         max_batch_size: 0
@@ -107,7 +140,7 @@ CONFIGS = {
     """,
 }
 
-SOURCES = {"tokenize": TOKENIZE, "detokenize": DETOKENIZE}
+SOURCES = {"tokenize": TOKENIZE, "detokenize": DETOKENIZE, "collect": COLLECT}
 
 
 def write_repository(repo: Path) -> Path:

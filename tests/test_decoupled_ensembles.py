@@ -4,7 +4,8 @@ models only, which the reference build serves): the same repository is served by
 requests go to both, and what each answers is compared message by message: every response of the
 stream (outputs, datatypes, shapes, model name, version, id, `triton_final_response`, the
 `sequence_*` parameters ensembles add), the flag-only final, errors, the one-response APIs'
-refusals, generate_stream, the served config and metadata, and the statistics the requests leave.
+refusals, generate_stream, a python model iterating the ensemble with BLS `exec(decoupled=True)`,
+the served config and metadata, and the statistics the requests leave.
 
 Where tritonserver's answer depends on a race it is not compared byte for byte: a step that sends
 an error after a good response lets tritonserver send that response first or not, depending on
@@ -17,6 +18,7 @@ event's status is its own code's (500 for the model's INTERNAL error; tritonserv
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -170,6 +172,16 @@ def test_an_error_after_good_responses_ends_the_stream_with_it(servers):
         assert _pieces(good) == [(["0:a"], False), (["1:b"], False)][: len(good)]
 
 
+@pytest.mark.parametrize("text", ["hey", "a?b", "", "!"])
+def test_bls_iterates_a_decoupled_ensembles_responses(servers, text):
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1], "data": [text]}]}
+    toolkit, triton = _both(servers, lambda _, http: _http(http, "/v2/models/collect/infer", body))
+    assert toolkit == triton and toolkit[0] == 200
+    joined = json.loads(toolkit[1])["outputs"][0]["data"][0]
+    assert joined == {"hey": "0:h 1:e 2:y", "a?b": "0:a -:? 2:b", "": "final",
+                      "!": "error: in ensemble 'pipeline', bad token at 0"}[text]
+
+
 def test_two_ensembles_on_one_stream(servers):
     requests = [_request("pipeline", rid="a", TEXT=_text("ab")), _request("direct", rid="b", IDS=np.array([1]))]
     toolkit, triton = _both(servers, lambda grpc_address, _: sorted(map(json.dumps, _stream(grpc_address, *requests))))
@@ -239,3 +251,29 @@ def test_config_metadata_and_statistics(servers):
     assert toolkit == triton
     # one success (or failure) per ensemble request; error responses of a decoupled model are no failures
     assert toolkit["pipeline"] == (3, 3, 3, 1) and toolkit["tokens"] == (5, 5, 5, 0)
+
+
+def test_a_client_that_goes_away_cancels_the_ensembles_steps(servers):
+    """toolkit only (a deliberate difference: tritonserver cancels only the steps not yet sent):
+    the stream is cancelled after the first response while the decoupled step still produces
+    slow tokens; no further detokenize step runs, the request counts as failed, and the server
+    answers the next request."""
+    grpc_address, http = servers["toolkit"]
+
+    def count(model: str) -> tuple[int, int]:
+        stats = json.loads(_http(http, f"/v2/models/{model}/stats")[1])["model_stats"][0]["inference_stats"]
+        return stats["success"]["count"], stats["fail"]["count"]
+
+    before = {m: count(m) for m in ("pipeline", "detokenize")}
+    with grpc.insecure_channel(grpc_address) as channel:
+        call = pbg.GRPCInferenceServiceStub(channel).ModelStreamInfer(
+            iter([_request("pipeline", TEXT=_text("a" + "~" * 8))]), timeout=60
+        )
+        first = _answer(next(call))
+        call.cancel()
+    assert _pieces([first]) == [(["0:a"], False)]
+    time.sleep(0.3 * 8 + 1)  # the decoupled step sends its slow tokens into the cancelled request
+    after = {m: count(m) for m in ("pipeline", "detokenize")}
+    assert after["pipeline"] == (before["pipeline"][0], before["pipeline"][1] + 1)
+    assert after["detokenize"][0] - before["detokenize"][0] <= 2  # "0:a", and at most the token in flight
+    assert _pieces(_stream(grpc_address, _request("pipeline", TEXT=_text("ok")))) == [(["0:o"], False), (["1:k"], True)]
