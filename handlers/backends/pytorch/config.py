@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...batching.sequence_policy import control_input_names
+
 # Triton datatype -> torch dtype name (libtorch_utils.cc ModelConfigDataTypeToTorchType).
 TORCH_DTYPES = {
     "TYPE_BOOL": "bool",
@@ -305,12 +307,8 @@ def input_layout(config: dict[str, Any], signature: Signature | None, warnings: 
 def _sequence_controls(config: dict[str, Any]) -> dict[str, int]:
     """ValidateBooleanSequenceControl / ValidateTypedSequenceControl: each control tensor of
     `sequence_batching` is a forward argument named `<name>__<index>`, at that index."""
-    names: list[str] = []
-    for control_input in (config.get("sequence_batching") or {}).get("control_input", []):
-        if control_input.get("control") and control_input.get("name", "") not in names:
-            names.append(control_input.get("name", ""))
     positions: dict[str, int] = {}
-    for name in names:
+    for name in dict.fromkeys(control_input_names(config)):
         if _index_suffix(name) is None:
             raise ConfigError(f"input '{name}' does not follow <name>__<index> naming convention.")
         positions[name] = _index(name)
