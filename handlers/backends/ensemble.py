@@ -23,6 +23,7 @@ send is dropped, as in tritonserver (a client that goes away cancels them).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -180,7 +181,7 @@ class EnsembleScheduler:
                 step_request = self._step_request(request, step, {t: a for t, a in present.items() if a is not None})
                 composing.append(step_request)
                 model = self.repository.get(step.model, None if step.version == -1 else step.version)
-                step_sink = ResponseSink(lambda event, step=step: loop.call_soon_threadsafe(events.put_nowait, (step, event)))
+                step_sink = ResponseSink(functools.partial(_deliver, loop, events, step))
                 try:
                     model.submit_stream(step_request, step_sink, loop)
                 except InferenceError as exc:
@@ -300,3 +301,12 @@ def _sequence(request: InferRequest) -> dict[str, Any]:
         "sequence_start": bool(request.flags & SEQUENCE_START),
         "sequence_end": bool(request.flags & SEQUENCE_END),
     }
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, events: asyncio.Queue, step: _Step, event: StreamEvent) -> None:
+    """A step's event, from the thread that sent it, to the ensemble request's queue on its loop
+    (gone with the loop at shutdown: nobody reads it any more)."""
+    try:
+        loop.call_soon_threadsafe(events.put_nowait, (step, event))
+    except RuntimeError:  # the loop is closed
+        pass
