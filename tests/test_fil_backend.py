@@ -180,6 +180,14 @@ def test_output_dims_that_do_not_fit_the_model(trained, tmp_path):
     assert "set its dims to [ 3 ]" in error.detail
 
 
+def test_output_dims_message_names_the_classifier_parameter_the_config_uses(trained, tmp_path):
+    repo = one_model(trained, tmp_path, "xgb_multiclass")
+    edit(repo, "dims: [ 3 ]", "dims: [ 2 ]")
+    edit(repo, 'key: "is_classifier"', 'key: "output_class"')  # tritonserver 2.51's FIL reads this name
+    error = failure(repo)
+    assert "gives 3 with output_class true and predict_proba true" in error.message
+
+
 @pytest.mark.parametrize("source, model_type, looks_like", [
     ("xgb_multiclass", "lightgbm", "xgboost_json"),  # an XGBoost JSON file under the wrong model_type
     ("xgb_binary_pair", "xgboost_json", "xgboost_ubj"),

@@ -146,7 +146,8 @@ class FilModel:
             raise FilModelError(
                 f"output '{OUTPUT}' of model '{self.name}' has {values} values per row (dims "
                 f"{list(self.layout.output_dims)}), but this {self.kind} gives {' or '.join(map(str, expected))} "
-                f"with is_classifier {str(p.is_classifier).lower()} and predict_proba {str(p.predict_proba).lower()}",
+                f"with {p.classifier_parameter} {str(p.is_classifier).lower()} and predict_proba "
+                f"{str(p.predict_proba).lower()}",
                 code=CODE_INVALID_ARG,
                 key=f'"{OUTPUT}"',
                 detail=f"set its dims to {choices} (tritonserver would write past the output or leave it partly unset)",

@@ -65,6 +65,8 @@ class FilParameters:
     cpu_nthread: int = -1
     use_experimental_optimizations: bool = False
     notes: tuple[str, ...] = field(default=(), compare=False)
+    # the parameter that set is_classifier: the deprecated `output_class` where it decided
+    classifier_parameter: str = field(default="is_classifier", compare=False)
 
     @property
     def default_filename(self) -> str:
@@ -173,4 +175,5 @@ def parse_parameters(config: Mapping[str, Any]) -> FilParameters:
         cpu_nthread=cpu_nthread,
         use_experimental_optimizations=experimental,
         notes=tuple(notes),
+        classifier_parameter="output_class" if output_class is not None else "is_classifier",
     )
