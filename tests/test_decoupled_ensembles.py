@@ -24,6 +24,8 @@ event's status is its own code's (500 for the model's INTERNAL error; tritonserv
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -33,7 +35,7 @@ import numpy as np
 import pytest
 from decoupled_ensembles import write_repository
 from serving import serve
-from tools import serve_tritonserver
+from tools import perf_analyzer, serve_tritonserver
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pbg
 
@@ -308,3 +310,21 @@ def test_a_client_that_goes_away_cancels_the_ensembles_steps(servers):
     assert _pieces(_canonical(_stream(grpc_address, _request("pipeline", TEXT=_text("ok"))))) == [
         (["0:o"], False), (["1:k"], True)
     ]
+
+
+def test_perf_analyzer_streams_a_decoupled_ensemble(servers):
+    """perf_analyzer 2.51 as users drive streaming ensembles (genai-perf's `--streaming` runs):
+    gRPC streaming, three responses per request, the composing models' statistics shown."""
+    grpc_address = servers["toolkit"][0]
+    run = subprocess.run(
+        [perf_analyzer(), "-m", "pipeline", "-u", grpc_address, "-i", "grpc", "--streaming", "--string-data", "hey",
+         "--shape", "TEXT:1", "--concurrency-range", "2", "--measurement-interval", "1000"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Detected decoupled model" in run.stdout
+    requests = float(re.search(r"Throughput: ([\d.]+) infer/sec", run.stdout).group(1))
+    responses = float(re.search(r"Response Throughput: ([\d.]+) infer/sec", run.stdout).group(1))
+    assert requests > 0 and abs(responses / requests - 3) < 0.1  # "hey": three pieces a request
+    composing = run.stdout.split("Composing models:")[1]
+    assert all(f"{model}, version: 1" in composing for model in ("tokenize", "tokens", "detokenize"))
