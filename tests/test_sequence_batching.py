@@ -490,6 +490,39 @@ def test_stopping_without_drain_fails_what_waits():
         batcher.submit(_request(3, SEQUENCE_START), outcomes.put)
 
 
+def test_a_backlogged_sequence_whose_timeout_expires_is_refused():
+    """Sequence 1 holds the only slot; 2 waits in the backlog with a request timeout of 100 ms:
+    the reaper refuses its requests with tritonserver's UNAVAILABLE, and 2 is forgotten (its next
+    request needs START again). A backlogged request without a timeout waits on."""
+    batcher, recorder = _batcher()
+    batcher.start()
+    outcomes: queue.Queue = queue.Queue()
+    try:
+        batcher.submit(_request(1, SEQUENCE_START), outcomes.put)
+        outcomes.get(timeout=5)
+        waiting = _request(3, SEQUENCE_START)
+        batcher.submit(waiting, outcomes.put)
+        timed = _request(2, SEQUENCE_START)
+        timed.timeout_us = 100_000
+        started = time.monotonic()
+        batcher.submit(timed, outcomes.put)
+        batcher.submit(_request(2), outcomes.put)  # a later request of the same backlogged sequence
+        refused = [outcomes.get(timeout=5), outcomes.get(timeout=5)]
+        assert 0.09 < time.monotonic() - started < 2
+        assert [(e.code.name, e.message) for e in refused] == [
+            ("UNAVAILABLE", "timeout of the corresponding sequence has been expired")
+        ] * 2
+        with pytest.raises(InferenceError, match="must specify the START flag"):
+            batcher.submit(_request(2), outcomes.put)
+        assert batcher.queued() == 1  # sequence 3, without a timeout, still waits for the slot
+        batcher.submit(_request(1, SEQUENCE_END), outcomes.put)
+        assert outcomes.get(timeout=5).outputs["OUT"].tolist() == [1]
+        assert outcomes.get(timeout=5).outputs["OUT"].tolist() == [3]
+    finally:
+        batcher.stop()
+    assert [batch[0][0] for batch in recorder.batches] == [1, 1, 3]
+
+
 def test_a_direct_batch_pads_the_slots_it_skips_with_null_requests():
     """Two slots; sequence 1 in slot 0 ends, 2 stays in slot 1: its next request runs at position
     1 behind a null request (READY 0, correlation ID 0)."""

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import invalid_argument
+from ..errors import InferenceError, invalid_argument, unavailable
 from ..inference import InferOutcome, InferRequest, InferResponse
 from ..streaming import ResponseSink
 from .batcher import BatcherState, Clock, DynamicBatcher, ModelInstance, _lower_thread_priority, _stopping
@@ -64,11 +64,28 @@ class _Slot:
 
 
 class _Backlog:
-    __slots__ = ("correlation_id", "queue")
+    __slots__ = ("correlation_id", "expires_ns", "queue")
 
     def __init__(self, correlation_id: int | str) -> None:
         self.correlation_id = correlation_id
         self.queue: deque[PendingRequest] = deque()
+        # the earliest deadline of its requests' `timeout` (None: none set): then the whole
+        # backlogged sequence is refused (SequenceBatchScheduler::ReaperThread)
+        self.expires_ns: int | None = None
+
+    def add(self, pending: PendingRequest, now: int) -> bool:
+        """Queue `pending`; True when its timeout makes the backlog expire earlier."""
+        self.queue.append(pending)
+        timeout_us = pending.request.timeout_us
+        if timeout_us and (self.expires_ns is None or now + timeout_us * 1000 < self.expires_ns):
+            self.expires_ns = now + timeout_us * 1000
+            return True
+        return False
+
+
+def backlog_timeout_error() -> InferenceError:
+    """tritonserver's answer to the requests of a backlogged sequence whose timeout expired."""
+    return unavailable("timeout of the corresponding sequence has been expired")
 
 
 class _Padded:
@@ -239,7 +256,8 @@ class SequenceBatcher(DynamicBatcher):
                 self._ready[slot.instance].notify()
             else:
                 assert backlog is not None
-                backlog.queue.append(pending)
+                if backlog.add(pending, now):
+                    self._reaper_wake.notify()
                 if end:
                     del self._backlogged[correlation_id]
             if self._observer is not None:
@@ -417,13 +435,34 @@ class SequenceBatcher(DynamicBatcher):
     # -- the reaper -------------------------------------------------------------------------------
 
     def _reap(self) -> None:
-        """Release the slot of every sequence idle for longer than max_sequence_idle_microseconds
+        """Release the slot of every sequence idle for longer than max_sequence_idle_microseconds,
+        and refuse the backlogged sequences whose requests' timeout expired
         (SequenceBatchScheduler::ReaperThread)."""
         idle_ns = self.sequence.idle_us * 1000
         with self._lock:
             while self._state is BatcherState.RUNNING:
                 now = self._clock()
                 wait_ns = idle_ns
+                expired: list[PendingRequest] = []
+                for backlog in list(self._backlog):
+                    if backlog.expires_ns is None:
+                        continue
+                    if backlog.expires_ns > now:
+                        wait_ns = min(wait_ns, backlog.expires_ns - now)
+                        continue
+                    self._backlog.remove(backlog)
+                    if self._backlogged.get(backlog.correlation_id) is backlog:
+                        del self._backlogged[backlog.correlation_id]
+                    expired.extend(backlog.queue)
+                if expired:
+                    self._lock.release()  # answered outside the lock, as tritonserver does
+                    try:
+                        for pending in expired:
+                            pending.queued = False
+                            self._fail_queued(pending, backlog_timeout_error(), FailureReason.REJECTED)
+                    finally:
+                        self._lock.acquire()
+                    continue
                 for correlation_id, seen in list(self._seen.items()):
                     left = idle_ns - (now - seen)
                     if left > 0:
