@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,7 +28,7 @@ from execution_envs import fake_environment, make_environment, pack
 from serving import serve
 
 from handlers.backends.python import IN_PROCESS, INSTANCE_MODE_ENV, PROCESS, instance_mode
-from handlers.backends.python.execution_env import activation_environment
+from handlers.backends.python.execution_env import MIN_PYTHON, activation_environment
 from handlers.backends.python.ipc import Channel
 from toolkit.repository.compile import compile_repository
 
@@ -121,8 +123,8 @@ def test_validate_refuses_an_environment_with_an_older_python(tmp_path):
     error = _failure(repo, "old")
     assert error.unsupported
     assert str(directory / "py37.tar.gz") in error.message
-    assert "its Python is 3.7, older than 3.11" in error.message
-    assert "Python 3.11 or newer and numpy 1.26 or newer works" in error.message
+    assert "its Python is 3.7, older than 3.10" in error.message
+    assert "Python 3.10 or newer and numpy 1.23 or newer works" in error.message
     assert error.file == str(directory / "config.pbtxt") and error.line == 6
     result = invoke(["validate", str(repo)])
     assert result.exit_code != 0 and "its Python is 3.7" in result.output.replace("\n", "")
@@ -144,7 +146,7 @@ def test_validate_refuses_a_missing_archive_naming_it(tmp_path):
         (lambda root: pack(fake_environment(root.with_suffix(".d"), "3.12", numpy_version=None), root),
          "numpy is not installed in it (lib/python3.12/site-packages/numpy)"),
         (lambda root: pack(fake_environment(root.with_suffix(".d"), "3.12", numpy_version="1.21.6"), root),
-         "its numpy is 1.21, older than 1.26"),
+         "its numpy is 1.21, older than 1.23"),
     ],
 )
 def test_validate_refuses_what_cannot_host_the_model_process(tmp_path, make, expected):
@@ -237,3 +239,75 @@ def test_serve_runs_the_model_on_the_environments_interpreter(tmp_path, archive,
         finally:
             client.close()
     assert os.path.exists(archive)
+
+
+def test_the_model_process_needs_no_python_newer_than_3_10():
+    """Triton's 24.x containers run Python 3.10, so environments made for them are 3.10 ones.
+    No Python 3.10 interpreter can be installed where these tests run (PyPI, Debian 12 and npm
+    carry none), so this is a static check, and a stand-in for running one: vermin reads every
+    module the model process can import (the python backend's package and the two package
+    files above it; the bootstrap imports nothing else of this project) and finds nothing that
+    3.10 lacks, and that 3.9 would (the check has teeth: `-t=3.9-` fails)."""
+    import handlers
+
+    package = Path(handlers.__file__).parent
+    files = [str(package / "__init__.py"), str(package / "backends" / "__init__.py"),
+             str(package / "backends" / "python")]
+    vermin = Path(sys.executable).parent / "vermin"
+
+    def check(target: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(vermin), "--no-tips", "--eval-annotations", "--violations", f"-t={target}-", *files],
+                              capture_output=True, text=True, timeout=300)
+
+    supported = check("3.10")
+    assert supported.returncode == 0, supported.stdout + supported.stderr
+    assert "Minimum required versions: 3.10" in supported.stdout
+    assert check("3.9").returncode != 0
+    assert MIN_PYTHON == (3, 10)
+
+
+# The oldest numpy with wheels for each Python: 1.23.5 is the oldest the stub supports (MIN_NUMPY).
+OLDEST_NUMPY = {(3, 11): "1.23.5", (3, 12): "1.26.4", (3, 13): "2.1.3"}
+
+
+@pytest.fixture(scope="module")
+def oldest_numpy(tmp_path_factory) -> Path:
+    """The oldest numpy for this Python (1.23.5 on 3.11, where the tests run) unpacked from its
+    wheel on PyPI, kept in the tools cache between runs."""
+    version = OLDEST_NUMPY.get(sys.version_info[:2], OLDEST_NUMPY[max(OLDEST_NUMPY)])
+    cache = Path(os.environ.get("TOOLKIT_TOOLS_CACHE", Path.home() / ".cache" / "toolkit-tools")) / f"numpy-{version}"
+    site = cache / f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if not (site / "numpy" / "__init__.py").exists():
+        download = tmp_path_factory.mktemp("numpy-wheel")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                        f"numpy=={version}", "-d", str(download)], check=True, timeout=600)
+        wheel = next(download.glob(f"numpy-{version}-*.whl"))
+        partial = site.with_suffix(".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(partial)
+        for path in partial.rglob("*.so*"):  # zipfile drops the permission bits
+            path.chmod(0o755)
+        shutil.rmtree(site, ignore_errors=True)
+        partial.rename(site)
+    return site
+
+
+def test_serve_runs_a_model_in_an_environment_with_the_oldest_numpy(tmp_path, oldest_numpy):
+    environment = make_environment(tmp_path / "env", ENV_ONLY, numpy_site=oldest_numpy)
+    repo = tmp_path / "models"
+    env_model(repo, "old_numpy", str(environment))
+    directory = env_model(repo, "old_numpy_packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    pack(environment, directory / "env.tar.gz")
+    with serve(repo, "--device", "cpu") as server:
+        client = httpclient.InferenceServerClient(server.url)
+        try:
+            for name in ("old_numpy", "old_numpy_packed"):
+                x = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
+                inputs = [httpclient.InferInput("X", list(x.shape), "FP32")]
+                inputs[0].set_data_from_numpy(x)
+                result = client.infer(name, inputs)
+                np.testing.assert_array_equal(result.as_numpy("Y"), x + 42)
+                assert result.as_numpy("INFO")[0].decode().split("|")[2] == oldest_numpy.parent.name.split("-")[1]
+        finally:
+            client.close()

@@ -7,10 +7,10 @@ variables Triton's activation sets (VIRTUAL_ENV, PATH and LD_LIBRARY_PATH led by
 environment's bin/ and lib/, no PYTHONHOME), so model.py imports the environment's packages.
 
 What differs from Triton: Triton's stub is a C++ program linked to one libpython, so the
-environment's Python must be the stub's exact version (3.12). Here the stub is this package's
-Python source, which runs on any Python this runtime supports (`MIN_PYTHON` or newer) with numpy
-(`MIN_NUMPY` or newer) in the environment; its messages carry arrays in a form every numpy
-version reads (ipc.py, portable channels). Nothing of the serving environment leaks in: the
+environment's Python must be the stub's exact version (3.10 in Triton's 24.x containers, 3.12 in
+the nvidia-pytriton build the tests compare with). Here the stub is this package's Python source,
+which runs on Python `MIN_PYTHON` or newer with numpy `MIN_NUMPY` or newer in the environment;
+its messages carry arrays in a form every numpy version reads (ipc.py, portable channels). Nothing of the serving environment leaks in: the
 model process gets no PYTHONPATH, and the `handlers` package is imported from its folder alone
 (`launch_command`).
 
@@ -37,8 +37,11 @@ from typing import Any
 
 PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY = "$$TRITON_MODEL_DIRECTORY"
-MIN_PYTHON = (3, 11)  # the runtime package's own minimum (pyproject requires-python)
-MIN_NUMPY = (1, 26)  # the oldest numpy the stub is tested with
+# The oldest Python the model process (this package's stub) runs on: the stub's modules need no
+# newer one (vermin, tests/test_python_execution_env.py), and 3.10 is the Python of Triton's own
+# 24.x containers, so users' conda-pack environments made for them are 3.10 environments.
+MIN_PYTHON = (3, 10)
+MIN_NUMPY = (1, 23)  # the oldest numpy the stub is tested with (1.23.5, the first with Python 3.11 wheels)
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 _PYTHON_DIR = re.compile(r"^lib/python(\d+)\.(\d+)t?/")
