@@ -210,34 +210,42 @@ def test_portable_channel_carries_arrays_without_numpys_private_modules():
     receiver.close()
 
 
-def test_serve_runs_the_model_on_the_environments_interpreter(tmp_path, archive, environment):
-    repo = tmp_path / "models"
-    directory = env_model(repo, "packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
-    shutil.copy(archive, directory / "env.tar.gz")
-    env_model(repo, "unpacked", str(environment))
+def _served_infos(repo: Path, names: list[str]) -> dict[str, list[str]]:
+    """Serve `repo`, send each model X; each answers X + 42 (the environment's package) and what its
+    process runs on: executable, prefix, numpy version, sys.path."""
+    infos = {}
     with serve(repo, "--device", "cpu") as server:
         client = httpclient.InferenceServerClient(server.url)
         try:
-            for name in ("packed", "unpacked"):
+            for name in names:
                 x = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
                 inputs = [httpclient.InferInput("X", list(x.shape), "FP32")]
                 inputs[0].set_data_from_numpy(x)
                 result = client.infer(name, inputs)
                 np.testing.assert_array_equal(result.as_numpy("Y"), x + 42)
-                executable, prefix, numpy_version, path = result.as_numpy("INFO")[0].decode().split("|", 3)
-                assert executable != sys.executable
-                assert executable.endswith("/bin/python") and prefix == executable[: -len("/bin/python")]
-                if name == "unpacked":
-                    assert prefix == str(environment)
-                else:  # unpacked at load time, as Triton does, into a folder of its own
-                    assert "toolkit_python_env_" in prefix
-                assert numpy_version == np.__version__
-                # nothing of the serving environment on the model's path: the environment's own
-                # folders and the model's (Triton puts the model's folders there too)
-                entries = [p for p in eval(path) if p]
-                assert all(p.startswith((prefix, str(repo))) for p in entries), entries
+                infos[name] = result.as_numpy("INFO")[0].decode().split("|", 3)
         finally:
             client.close()
+    return infos
+
+
+def test_serve_runs_the_model_on_the_environments_interpreter(tmp_path, archive, environment):
+    repo = tmp_path / "models"
+    directory = env_model(repo, "packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
+    shutil.copy(archive, directory / "env.tar.gz")
+    env_model(repo, "unpacked", str(environment))
+    for name, (executable, prefix, numpy_version, path) in _served_infos(repo, ["packed", "unpacked"]).items():
+        assert executable != sys.executable
+        assert executable.endswith("/bin/python") and prefix == executable[: -len("/bin/python")]
+        if name == "unpacked":
+            assert prefix == str(environment)
+        else:  # unpacked at load time, as Triton does, into a folder of its own
+            assert "toolkit_python_env_" in prefix
+        assert numpy_version == np.__version__
+        # nothing of the serving environment on the model's path: the environment's own
+        # folders and the model's (Triton puts the model's folders there too)
+        entries = [p for p in eval(path) if p]
+        assert all(p.startswith((prefix, str(repo))) for p in entries), entries
     assert os.path.exists(archive)
 
 
@@ -299,15 +307,5 @@ def test_serve_runs_a_model_in_an_environment_with_the_oldest_numpy(tmp_path, ol
     env_model(repo, "old_numpy", str(environment))
     directory = env_model(repo, "old_numpy_packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
     pack(environment, directory / "env.tar.gz")
-    with serve(repo, "--device", "cpu") as server:
-        client = httpclient.InferenceServerClient(server.url)
-        try:
-            for name in ("old_numpy", "old_numpy_packed"):
-                x = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.float32)
-                inputs = [httpclient.InferInput("X", list(x.shape), "FP32")]
-                inputs[0].set_data_from_numpy(x)
-                result = client.infer(name, inputs)
-                np.testing.assert_array_equal(result.as_numpy("Y"), x + 42)
-                assert result.as_numpy("INFO")[0].decode().split("|")[2] == oldest_numpy.parent.name.split("-")[1]
-        finally:
-            client.close()
+    infos = _served_infos(repo, ["old_numpy", "old_numpy_packed"])
+    assert {name: info[2] for name, info in infos.items()} == dict.fromkeys(infos, oldest_numpy.parent.name.split("-")[1])

@@ -806,18 +806,25 @@ def test_the_initial_state_comes_from_its_data_file_and_a_config_output_may_show
     assert _sum(stateful, "sum_hundred", [1], 12, outputs=["OUTPUT"]) == [{"OUTPUT": 101}]  # not asked for: not sent
 
 
-def test_interleaved_sequences_keep_their_own_state_in_one_batch(stateful):
-    """Two sequences in the slots of one batching instance: each its own running sum."""
+def _interleaved(send, sequences: dict[int, list]) -> dict[int, list]:
+    """`send(values, sequence_id)` for each sequence at once, on a thread each: what each returned."""
     results: dict[int, list] = {}
 
     def run(sequence_id, values):
-        results[sequence_id] = _sum(stateful, "sum_batched", values, sequence_id, batched=True)
+        results[sequence_id] = send(values, sequence_id)
 
-    threads = [threading.Thread(target=run, args=(20, [1, 1, 1, 1])), threading.Thread(target=run, args=(21, [10, 10, 10]))]
+    threads = [threading.Thread(target=run, args=item) for item in sequences.items()]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    return results
+
+
+def test_interleaved_sequences_keep_their_own_state_in_one_batch(stateful):
+    """Two sequences in the slots of one batching instance: each its own running sum."""
+    results = _interleaved(lambda values, sequence_id: _sum(stateful, "sum_batched", values, sequence_id, batched=True),
+                           {20: [1, 1, 1, 1], 21: [10, 10, 10]})
     assert [r["OUTPUT"] for r in results[20]] == [1, 2, 3, 4]
     assert [r["OUTPUT"] for r in results[21]] == [10, 20, 30]
 
@@ -963,16 +970,11 @@ def test_a_torchscript_string_state(libtorch_stateful):
 
 
 def test_interleaved_torchscript_sequences_keep_their_own_state_in_one_batch(libtorch_stateful):
-    results: dict[int, list] = {}
-
-    def run(sequence_id, values):
-        results[sequence_id] = _libtorch_sums(libtorch_stateful, "libtorch_sequence_int32", values, sequence_id, batched=True)
-
-    threads = [threading.Thread(target=run, args=(40, [1, 1, 1, 1])), threading.Thread(target=run, args=(41, [10, 10, 10]))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = _interleaved(
+        lambda values, sequence_id: _libtorch_sums(libtorch_stateful, "libtorch_sequence_int32", values, sequence_id,
+                                                   batched=True),
+        {40: [1, 1, 1, 1], 41: [10, 10, 10]},
+    )
     assert results == {40: [1, 2, 3, 4], 41: [10, 20, 30]}
 
 

@@ -335,60 +335,53 @@ def _place_state_inputs(
 ) -> None:
     """Implicit state (`sequence_batching { state }`): each state's input takes a forward argument
     by the inputs' convention, as ValidateInputs' AddInputToMap places it (by name, by its
-    `__<index>`, or at the state's own index). Where tritonserver would pass it nowhere, refused
-    with the reason."""
+    `__<index>`, or at the state's own index)."""
     model = config.get("name", "")
     for index, state in enumerate(_states(config)):
         name, dtype = state.get("input_name", ""), state.get("data_type", "TYPE_INVALID")
         if dtype not in TORCH_DTYPES and dtype != STRING:
             raise ConfigError(f"unsupported datatype {dtype} for input state '{name}' for model '{model}'")
-        if dict_input or convention == STRICT_CONFIG_ORDERING:
-            positions[name] = index
-        elif convention == FORWARD_ARGUMENT:
-            if name not in allowed:
-                raise ConfigError(
-                    f"state input '{name}' of model '{model}' is not an argument of forward ({', '.join(allowed)}): "
-                    "the inputs are named after forward's arguments, so a state's input_name must be one too",
-                    INVALID_ARG,
-                )
-            positions[name] = allowed.index(name)
-        elif convention == NAMED_INDEX:
-            if _index_suffix(name) is None:
-                raise ConfigError(
-                    f"state input '{name}' of model '{model}' does not follow the <name>__<index> convention of the "
-                    "model's inputs: name it after the forward argument it fills, as INPUT_STATE__1",
-                    INVALID_ARG,
-                )
-            positions[name] = _index(name)
+        _place(positions, name, index, model, allowed, convention, dict_input,
+               kind="state input", field="a state's input_name", example="INPUT_STATE__1")
 
 
 def _place_batch_inputs(
     config: dict[str, Any], positions: dict[str, int], allowed: list[str], convention: str | None, dict_input: bool
 ) -> None:
     """Each batch input's target names take an argument by the inputs' convention (ValidateInputs'
-    AddInputToMap): by name, by its `__<index>`, or after the config's inputs in order. Where
-    tritonserver would pass the tensor nowhere or to argument 0, refused with the reason."""
+    AddInputToMap): by name, by its `__<index>`, or after the config's inputs in order."""
     model, count = config.get("name", ""), len(config.get("input", []))
     targets = [str(t) for entry in config.get("batch_input", []) for t in entry.get("target_name", [])]
     for index, target in enumerate(targets):
-        if dict_input or convention == STRICT_CONFIG_ORDERING:
-            positions[target] = count + index
-        elif convention == FORWARD_ARGUMENT:
-            if target not in allowed:
-                raise ConfigError(
-                    f"batch input '{target}' of model '{model}' is not an argument of forward ({', '.join(allowed)}): "
-                    "the inputs are named after forward's arguments, so a batch input's target_name must be one too",
-                    INVALID_ARG,
-                )
-            positions[target] = allowed.index(target)
-        elif convention == NAMED_INDEX:
-            if _index_suffix(target) is None:
-                raise ConfigError(
-                    f"batch input '{target}' of model '{model}' does not follow the <name>__<index> convention of the "
-                    "model's inputs: name it after the forward argument it fills, as INDEX__1",
-                    INVALID_ARG,
-                )
-            positions[target] = _index(target)
+        _place(positions, target, count + index, model, allowed, convention, dict_input,
+               kind="batch input", field="a batch input's target_name", example="INDEX__1")
+
+
+def _place(
+    positions: dict[str, int], name: str, strict_position: int, model: str, allowed: list[str],
+    convention: str | None, dict_input: bool, *, kind: str, field: str, example: str,
+) -> None:
+    """AddInputToMap for a tensor the config adds to the inputs (`kind`): its argument by name, by
+    its `__<index>`, or at `strict_position`. Where tritonserver would pass it nowhere or to
+    argument 0 (std::atoi of a name without an index), refused with the reason."""
+    if dict_input or convention == STRICT_CONFIG_ORDERING:
+        positions[name] = strict_position
+    elif convention == FORWARD_ARGUMENT:
+        if name not in allowed:
+            raise ConfigError(
+                f"{kind} '{name}' of model '{model}' is not an argument of forward ({', '.join(allowed)}): "
+                f"the inputs are named after forward's arguments, so {field} must be one too",
+                INVALID_ARG,
+            )
+        positions[name] = allowed.index(name)
+    elif convention == NAMED_INDEX:
+        if _index_suffix(name) is None:
+            raise ConfigError(
+                f"{kind} '{name}' of model '{model}' does not follow the <name>__<index> convention of the "
+                f"model's inputs: name it after the forward argument it fills, as {example}",
+                INVALID_ARG,
+            )
+        positions[name] = _index(name)
 
 
 def _check_positions(positions: dict[str, int], arity: int, model: str, convention: str) -> None:
