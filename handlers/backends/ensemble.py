@@ -161,6 +161,7 @@ class EnsembleScheduler:
         tensors: dict[str, list[np.ndarray | None]] = {name: [array] for name, array in request.inputs.items()}
         for name in self._optional_inputs:
             tensors.setdefault(name, [None])
+        requested = self._requested(request)
         open_steps: list[ResponseSink] = []
         composing: list[InferRequest] = []
         in_flight = 0
@@ -207,7 +208,7 @@ class EnsembleScheduler:
                         updated.append((tensor, len(produced)))
                         produced.append(outputs.get(model_output))
                     schedule(updated)
-                response = self._iteration_response(request, updated, tensors)
+                response = self._iteration_response(request, requested, updated, tensors)
                 if response is not None:
                     sink.send(response, final=not in_flight)
                 elif not in_flight:
@@ -224,14 +225,12 @@ class EnsembleScheduler:
         self._record(request, [r for r in composing if r.compute_end_ns])
 
     def _iteration_response(
-        self, request: InferRequest, updated: list[tuple[str, int]], tensors: dict[str, list[np.ndarray | None]]
+        self, request: InferRequest, names: list[str], updated: list[tuple[str, int]],
+        tensors: dict[str, list[np.ndarray | None]],
     ) -> InferResponse | None:
-        """CheckAndSetEnsembleOutput: the ensemble's response when an updated tensor is a requested
-        output and every requested output exists in that iteration (an absent one is left out)."""
-        names = [o["name"] for o in self.spec.config.get("output", [])]
-        if request.requested_outputs is not None:
-            wanted = {o.name for o in request.requested_outputs}
-            names = [n for n in names if n in wanted]
+        """CheckAndSetEnsembleOutput: the ensemble's response when an updated tensor is one of the
+        requested outputs `names` and every one of them exists in that iteration (an absent one is
+        left out)."""
         ready, iteration = False, 0
         for tensor, index in updated:
             if tensor in names:
@@ -260,11 +259,16 @@ class EnsembleScheduler:
             raise InferenceError(f"in ensemble '{self.spec.name}', {exc.message}", exc.code) from None
         return step_request
 
-    def _outputs(self, request: InferRequest, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _requested(self, request: InferRequest) -> list[str]:
+        """The ensemble outputs `request` asks for (every one when it names none), in config order."""
         names = [o["name"] for o in self.spec.config.get("output", [])]
         if request.requested_outputs is not None:
             wanted = {o.name for o in request.requested_outputs}
             names = [n for n in names if n in wanted]
+        return names
+
+    def _outputs(self, request: InferRequest, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = self._requested(request)
         missing = [n for n in names if n not in tensors]
         if missing:
             raise internal(f"ensemble '{self.spec.name}' did not produce output(s) {missing}")
