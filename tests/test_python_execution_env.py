@@ -253,14 +253,14 @@ def test_the_model_process_needs_no_python_newer_than_3_10():
     """Triton's 24.x containers run Python 3.10, so environments made for them are 3.10 ones.
     No Python 3.10 interpreter can be installed where these tests run (PyPI, Debian 12 and npm
     carry none), so this is a static check, and a stand-in for running one: vermin reads every
-    module the model process can import (the python backend's package and the two package
-    files above it; the bootstrap imports nothing else of this project) and finds nothing that
-    3.10 lacks, and that 3.9 would (the check has teeth: `-t=3.9-` fails)."""
+    module the model process can import (the python backend's package, the two package files
+    above it and handlers/huge_pages.py; the bootstrap imports nothing else of this project) and
+    finds nothing that 3.10 lacks, and that 3.9 would (the check has teeth: `-t=3.9-` fails)."""
     import handlers
 
     package = Path(handlers.__file__).parent
     files = [str(package / "__init__.py"), str(package / "backends" / "__init__.py"),
-             str(package / "backends" / "python")]
+             str(package / "huge_pages.py"), str(package / "backends" / "python")]
     vermin = Path(sys.executable).parent / "vermin"
 
     def check(target: str) -> subprocess.CompletedProcess:

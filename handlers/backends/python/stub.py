@@ -30,6 +30,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+from ... import huge_pages
 from . import host
 from .host import BlsCall, BlsOutcome, BlsStream
 from .ipc import Channel, ChannelClosed
@@ -261,6 +262,7 @@ def serve(channel: Channel) -> int:
         channel.send(("init_failed", 0, str(exc)))
         return 1
     channel.send(("ready", 0, None))
+    huge_pages.start()  # what the model loaded (its framework's weights) on huge pages
     while True:
         kind, ident, payload = work.get()
         if kind == "execute":
