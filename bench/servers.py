@@ -325,9 +325,17 @@ def threads_rate(calls: list, seconds: float) -> float:
     Each thread's rate is its completed calls over the time up to its last completion: a call still
     going when the window closes is neither counted nor timed (with calls of ~0.3 s in a 3 s
     window, counting the calls finished by the window's end would undercount by up to a tenth).
-    A window shorter than one call is stretched until every thread has completed one."""
+    A window shorter than one call is stretched until every thread has completed one.
+
+    The process's memory is first put on huge pages as the runtime puts a server's once its
+    models are loaded (handlers/huge_pages.py; not with TOOLKIT_HUGE_PAGES=0), so that a ceiling
+    compares the framework with the server on the same pages (the calls have run once by then:
+    every ceiling warms its model up first)."""
     import threading
 
+    from handlers import huge_pages
+
+    huge_pages.apply()
     counts = [0] * len(calls)
     last = [0.0] * len(calls)
     start = threading.Barrier(len(calls) + 1)
