@@ -7,7 +7,7 @@ and the host's. With 2 MiB pages one TLB entry covers 512 times the memory. Meas
 project's 2-CPU VM (docs/performance.md, "huge pages for the models' memory"): forwards 1.08-1.23x
 faster in-process (ONNX Runtime and TorchScript, large and small models), and `toolkit serve` on
 the conceptual guide's full-width text recognition model went from a tie with tritonserver to
-1.06-1.18x its throughput.
+1.02-1.18x its throughput (four runs).
 
 The kernel gives huge pages to anonymous memory in one of three modes
 (/sys/kernel/mm/transparent_hugepage/enabled): `always` (every region: nothing to do here),
