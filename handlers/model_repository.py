@@ -241,7 +241,6 @@ class ModelRepository:
         self.worker = worker
         self.peers: Any = None  # handlers.workers.peers.Peers when this process is one of several workers
         self._loaded = threading.Event()
-        self.huge_pages: threading.Thread | None = None  # marks the models' memory once they are loaded
         for backend in sorted({spec.backend for spec in manifest.models.values()} - {ENSEMBLE}):
             module = backend_module(backend)
             if module is not None and hasattr(module, "attach_repository"):
@@ -273,7 +272,7 @@ class ModelRepository:
             first = failed[0]
             raise RuntimeError(f"failed to load '{first.name}' version {first.version}: {first.reason}")
         if len(failed) < len(versions):  # the loaded models' memory on huge pages (huge_pages.py)
-            self.huge_pages = huge_pages.start()
+            huge_pages.start()
 
     def _load_version(self, model: LoadedModel) -> None:
         started = time.perf_counter()
