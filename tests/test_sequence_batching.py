@@ -20,6 +20,7 @@ import subprocess
 import textwrap
 import threading
 import time
+import urllib.request
 import uuid
 from functools import partial
 from pathlib import Path
@@ -225,7 +226,7 @@ def reporters(tmp_path_factory):
     _reporter(repo, "single", 0, "max_sequence_idle_microseconds: 300000")
     _reporter(repo, "one_slot", 0, "max_sequence_idle_microseconds: 5000000")
     _reporter(repo, "slots", 2, "max_sequence_idle_microseconds: 5000000 "
-                                "direct { max_queue_delay_microseconds: 200000 minimum_slot_utilization: 1.0 }")
+                                "direct { max_queue_delay_microseconds: 1000000 minimum_slot_utilization: 1.0 }")
     _reporter(repo, "oldest", 4, "max_sequence_idle_microseconds: 5000000 "
                                  "oldest { max_candidate_sequences: 4 max_queue_delay_microseconds: 300000 }")
     with serve(repo, "--device", "cpu") as running:
@@ -282,9 +283,16 @@ def test_a_sequence_without_a_free_slot_waits_in_the_backlog_until_one_ends(repo
     assert _send(reporters, "one_slot", 1, 52, end=True)[0] == 101
 
 
+def _pending(server, model: str) -> float:
+    with urllib.request.urlopen(f"{server.http}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    start = f'nv_inference_pending_request_count{{model="{model}"'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(start))
+
+
 def test_direct_slots_keep_their_position_and_null_requests_fill_the_gaps(reporters):
     """max_batch_size 2 gives the instance two slots. Sequence 61 takes slot 0, 62 slot 1; with
-    minimum_slot_utilization 1.0 and a 200 ms delay a batch waits for both slots, then runs
+    minimum_slot_utilization 1.0 and a 1 s delay a batch waits for both slots, then runs
     whatever is ready: when only 62 has a request, slot 0 holds a null request (READY 0)."""
     with_both = {}
 
@@ -294,13 +302,17 @@ def test_direct_slots_keep_their_position_and_null_requests_fill_the_gaps(report
     first = [threading.Thread(target=send, args=("a", 1, 61), kwargs={"start": True}),
              threading.Thread(target=send, args=("b", 10, 62), kwargs={"start": True})]
     first[0].start()
-    time.sleep(0.05)  # 61 arrives first and takes slot 0; its batch waits for slot 1 (up to 200 ms)
+    # 62 starts only once 61 is queued, so 61 holds slot 0 (a fixed head start was not always enough);
+    # 61's batch waits for slot 1 up to the 1 s delay
+    deadline = time.monotonic() + 0.8
+    while _pending(reporters, "slots") < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     first[1].start()
     for thread in first:
         thread.join()
     assert with_both["a"] == (1, [1, 0, 1, 61, 2, 0])  # both in one batch of 2, at their slots
     assert with_both["b"] == (10, [1, 0, 1, 62, 2, 1])
-    # only 62 has a request: after the 200 ms delay it runs at slot 1, a null request at slot 0
+    # only 62 has a request: after the delay it runs at slot 1, a null request at slot 0
     assert _send(reporters, "slots", 5, 62, end=True, batched=True) == (15, [0, 1, 1, 62, 2, 1])
     assert _send(reporters, "slots", 2, 61, end=True, batched=True) == (3, [0, 1, 1, 61, 1, 0])
 
