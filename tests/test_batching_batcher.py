@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 import model_builders as mb
@@ -179,6 +180,62 @@ def test_seeds_example_two_instances_without_delay(batchers):
     by_name[second].release()
     by_name[first].release()
     results.wait(*"ABCDE")
+
+
+def _wait_until_free(batcher: DynamicBatcher, workers: int) -> None:
+    """Until `workers` workers wait for requests (the batcher's own counts, read under its lock)."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        with batcher._lock:
+            if batcher._idle_workers + batcher._leading == workers:
+                return
+        time.sleep(0.001)
+    raise AssertionError(f"{workers} worker(s) never became free")
+
+
+def test_free_instances_take_requests_as_they_arrive(batchers):
+    """Two free instances, two requests submitted back to back by one thread (as the event loop
+    submits what one turn read): each goes to its own instance at once, alone. The batch is formed
+    in submit, as tritonserver's batcher thread forms it when a request wakes it; a woken worker
+    would only look at the queue after the submitting thread let it run, and find both."""
+    events: queue.Queue = queue.Queue()
+    instances = [GatedInstance("m_0", events), GatedInstance("m_1", events)]
+    batcher = make(batchers, config(dynamic_batching={}), instances)
+    results = Results()
+    batcher.start()
+    _wait_until_free(batcher, 2)
+    submit(batcher, results, "a", 2)
+    assert batcher.queued() == 0  # taken at arrival, before submit returned
+    submit(batcher, results, "b", 2)
+    assert batcher.queued() == 0
+    started = sorted([events.get(timeout=WAIT), events.get(timeout=WAIT)])
+    assert [batch for _, batch in started] == [["a"], ["b"]] or [batch for _, batch in started] == [["b"], ["a"]]
+    assert {name for name, _ in started} == {"m_0", "m_1"}
+    submit(batcher, results, "c", 2)  # both busy: c waits in the queue for the first free one
+    assert batcher.queued() == 1
+    instances[1].release()
+    assert events.get(timeout=WAIT) == ("m_1", ["c"])
+    instances[0].release()
+    instances[1].release()
+    results.wait("a", "b", "c")
+
+
+def test_a_free_instance_still_waits_out_the_queue_delay(batchers):
+    """Formed at arrival or not, a batch under max_queue_delay waits for company: the request
+    stays queued, and the next one joins it."""
+    instance = GatedInstance("m_0")
+    batcher = make(batchers, config(dynamic_batching={"max_queue_delay_microseconds": 60_000_000,
+                                                      "preferred_batch_size": [4]}), [instance])
+    results = Results()
+    batcher.start()
+    _wait_until_free(batcher, 1)
+    submit(batcher, results, "a", 2)
+    assert batcher.queued() == 1
+    submit(batcher, results, "b", 2)  # preferred size 4 reached: sent at once, both together
+    assert batcher.queued() == 0
+    assert instance.next_batch() == ["a", "b"]
+    instance.release()
+    results.wait("a", "b")
 
 
 def test_seeds_example_one_instance_with_delay(batchers):

@@ -357,8 +357,8 @@ def _wait_for(gated: list[Gated], count: int) -> None:
 
 
 def test_gated_batcher_forms_batches_over_real_openvino_instances(repo):
-    """While instance 0 holds request a, requests b..e queue and run as ONE batch on instance 1;
-    two instances run at once; every output equals OpenVINO's own for the request."""
+    """Requests a and b take one free instance each, at once; c..f, queued while both are busy,
+    run as ONE batch on the first instance to finish; every output equals OpenVINO's own."""
     add_sub_model(repo, config=ADD_SUB + "dynamic_batching { }\ninstance_group [ { count: 2 kind: KIND_CPU } ]\n")
     spec = spec_of(repo, "add_sub")
     started: list = []
@@ -373,20 +373,24 @@ def test_gated_batcher_forms_batches_over_real_openvino_instances(repo):
     def callback(name):
         def record(outcome):
             outcomes[name] = outcome
-            if len(outcomes) == 5:
+            if len(outcomes) == 6:
                 done.set()
         return record
 
-    requests = {n: InferRequest("add_sub", 1, feeds(2, seed=i), id=n, batch_size=2) for i, n in enumerate("abcde")}
+    requests = {n: InferRequest("add_sub", 1, feeds(2, seed=i), id=n, batch_size=2) for i, n in enumerate("abcdef")}
     try:
         batcher.submit(requests["a"], callback("a"))
         _wait_for(gated, 1)
-        for name in "bcde":
+        batcher.submit(requests["b"], callback("b"))
+        _wait_for(gated, 2)
+        assert [batch for _, batch in started] == [["a"], ["b"]] and started[1][0] != started[0][0]
+        for name in "cdef":  # both instances busy: these wait together
             batcher.submit(requests[name], callback(name))
-        _wait_for(gated, 2)  # the free instance took everything queued: 4 requests x 2 = 8 = max_batch_size
-        assert sorted(started[1][1]) == ["b", "c", "d", "e"] and started[1][0] != started[0][0]
+        next(g for g in gated if g.name == started[0][0]).gate.release()
+        _wait_for(gated, 3)  # the instance that ran a takes everything queued: 4 x 2 = 8 = max_batch_size
+        assert started[2] == (started[0][0], ["c", "d", "e", "f"])
         for g in gated:
-            g.gate.release()
+            g.gate.release(2)
         assert done.wait(WAIT)
     finally:
         for g in gated:

@@ -6,6 +6,13 @@ at a time, like tritonserver's single batcher thread: it waits on `_lead` for ar
 queue delay to run out, while the other free workers wait on `_idle` until it has taken a batch.
 A submit therefore wakes exactly one thread, and the request reaches an instance in one hand-off.
 
+While a worker is free, the submitting thread forms the batch itself, at arrival, as
+tritonserver's batcher thread does when a request wakes it, and hands it to a free worker
+(`_handoffs`). A woken worker would only run once the submitting thread (the event loop, at a
+higher priority and holding the GIL) lets it: the requests that arrived meanwhile would join its
+batch while other instances stayed idle, and clients that send together would stay in step, one
+instance working for all of them (docs/batching.md, "Free instances take requests as they arrive").
+
 Without `dynamic_batching` the same workers take requests one at a time, in arrival order
 (Triton's default scheduler: no priorities, no queue policy).
 
@@ -24,6 +31,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any, Protocol
@@ -121,6 +129,7 @@ class DynamicBatcher:
         self._idle = threading.Condition(self._lock)  # the other free workers
         self._leading = False  # a free worker is waiting on _lead
         self._idle_workers = 0
+        self._handoffs: deque[list[PendingRequest]] = deque()  # formed at arrival, for free workers
         self._state = BatcherState.CREATED
         self._drain = True
         self._threads: list[threading.Thread] = []
@@ -213,16 +222,30 @@ class DynamicBatcher:
         pending = PendingRequest(
             request, callback, batch_size, level, now, now + timeout_us * 1000 if timeout_us else 0, self._cancel
         )
+        rejected: list[PendingRequest] = []
         with self._lock:
             if self._state is BatcherState.STOPPING or self._state is BatcherState.STOPPED:
                 raise _stopping(request)
             self._queue.enqueue(pending)
-            if self._leading:
-                self._lead.notify()
-            elif self._idle_workers:
-                self._idle.notify()
             if self._observer is not None:
                 self._notify(self._observer.request_queued, request)
+            if self._idle_workers + self._leading > len(self._handoffs):
+                # A worker is free and owed nothing: form its batch now (or learn that the batch
+                # waits for the queue delay, which the leading worker then times).
+                formation = form_batch(policy, self._queue, now)
+                rejected = formation.rejected
+                if formation.batch:
+                    if self._order is not None:
+                        self._order.assign(formation.batch)
+                    self._handoffs.append(formation.batch)
+            if self._leading:
+                self._lead.notify()
+                if len(self._handoffs) > 1 and self._idle_workers:
+                    self._idle.notify()  # the lead is owed one already: another free worker takes this
+            elif self._idle_workers:
+                self._idle.notify()
+        for expired in rejected:
+            self._fail_queued(expired, timeout_error(expired.request), FailureReason.REJECTED)
         return pending
 
     async def infer(self, request: InferRequest) -> InferResponse:
@@ -294,6 +317,11 @@ class DynamicBatcher:
     def _next_batch(self) -> tuple[list[PendingRequest], list[PendingRequest], bool]:
         """Called with the lock held: a batch for this free worker, requests to reject, or leave."""
         while True:
+            if self._handoffs:  # formed at arrival (submit): executes even while stopping
+                batch = self._handoffs.popleft()
+                if self._handoffs and self._idle_workers:
+                    self._idle.notify()
+                return batch, [], False
             if self._state is BatcherState.STOPPING and (not self._drain or self._queue.size == 0):
                 return [], [], True
             if self._leading:
