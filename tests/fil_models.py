@@ -42,14 +42,15 @@ def _data(seed: int, classes: int = 2, rows: int = 600, missing: bool = True):
 
 
 def write_model(repo: Path, name: str, model_file: str, parameters: dict[str, str], *, out_dims: list[int],
-                features: int = FEATURES, max_batch_size: int = 64, extra: str = "") -> Path:
+                features: int = FEATURES, max_batch_size: int = 64, extra: str = "",
+                batching: str = "dynamic_batching { }") -> Path:
     params = ",\n".join(f'  {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in parameters.items())
     text = f"""
         backend: "fil"
         max_batch_size: {max_batch_size}
         input [ {{ name: "input__0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
         output [ {{ name: "output__0" data_type: TYPE_FP32 dims: [ {", ".join(map(str, out_dims))} ] }} ]
-        dynamic_batching {{ }}
+        {batching}
         {extra}
     """
     path = repo / name / "config.pbtxt"
@@ -114,7 +115,10 @@ def lightgbm_models(repo: Path) -> list[FilCase]:
     clf = lightgbm.LGBMClassifier(n_estimators=20, num_leaves=15, verbose=-1, n_jobs=1).fit(X, y)
     target = write_model(repo, "lgb_multiclass", "model.txt",
                          {"model_type": "lightgbm", "is_classifier": "true", "predict_proba": "true",
-                          "threshold": "0.5"}, out_dims=[3], extra="instance_group [ { count: 2 kind: KIND_CPU } ]")
+                          "threshold": "0.5"}, out_dims=[3], extra="instance_group [ { count: 2 kind: KIND_CPU } ]",
+                         # a 20 ms queue delay: concurrent one-row requests wait for each other and batch
+                         # (with none, a request that finds an instance free runs at once, alone, as in Triton)
+                         batching="dynamic_batching { max_queue_delay_microseconds: 20000 }")
     target.parent.mkdir(parents=True)
     clf.booster_.save_model(target)
     cases.append(FilCase("lgb_multiclass", test, clf.predict_proba(test)))

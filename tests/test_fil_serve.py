@@ -76,8 +76,9 @@ def test_json_tensors_with_missing_values(server, models):
 
 
 def test_concurrent_single_rows_are_batched_and_each_gets_its_own_answer(server, models):
-    """48 one-row requests at once on the 2-instance LightGBM model: each answer is that row's
-    prediction, and the server ran them in fewer executions than requests (dynamic batching)."""
+    """48 one-row requests at once on the 2-instance LightGBM model (20 ms queue delay): each answer
+    is that row's prediction, and the server ran them in fewer executions than requests (dynamic
+    batching)."""
     _, cases = models
     case = cases["lgb_multiclass"]
     before = _stats(server.http, "lgb_multiclass")
