@@ -18,11 +18,23 @@ The threads are told apart by what the runtime does to them: the event loop is t
 (its id is the process id), instance threads run at TOOLKIT_INSTANCE_NICE (10), the rest are the
 front end's (evhttp's, or grpc++'s with --frontend grpc-native). Output: a table on stdout and
 bench/results/serving-threads-<date>-<host>.json.
+
+Any repository's model instead (no ceiling, no cheap arm): where its one CPU goes, and how two
+trees or two settings compare, arms interleaved in every repeat (each starts its own server):
+
+    .venv/bin/python bench/fil_ceiling.py --trees 500 --depth 7 --features 500 --write-repository /tmp/fil
+    git worktree add /tmp/before REV     # and copy the built front ends (handlers/protocol/*/*.so) into it
+    .venv/bin/python bench/serving_threads.py --repository /tmp/fil --model trees --rows 16 \
+        --arm before=/tmp/before --arm after=. --arm after-4k=.,TOOLKIT_HUGE_PAGES=0
+
+`--arm NAME=TREE[,VAR=VALUE...]`: the tree whose toolkit/ and handlers/ serve (python -m puts it
+first on the path) and the environment the server gets on top of the front end's.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -86,19 +98,22 @@ def sched_batch(pid: int) -> None:
 
 
 def measure(repo: Path, log: Path, frontend: servers.Frontend, cpus: tuple[str, str], seconds: float,
-            batch_policy: bool) -> dict:
+            batch_policy: bool, *, model: str = pytorch_ceiling.MODEL, shape: str | None = SHAPE, rows: int = 2,
+            source: Path = servers.ROOT) -> dict:
+    """One server on `cpus[1]` under perf_analyzer (`rows` rows a request, c16) on `cpus[0]`: its
+    threads' CPU per request by role, read over `seconds` of the load."""
     client_cpus, server_cpus = cpus
     pids: list[int] = []
-    with servers.toolkit_serve(repo, log, cpus=server_cpus, frontend=frontend, pids=pids) as url:
-        common = dict(shape=SHAPE, concurrency="16:16", cpus=client_cpus, protocol=frontend.protocol)
-        perf_analyzer.run(pytorch_ceiling.MODEL, url, measurement_ms=1000, stability=perf_analyzer.LOOSE_STABILITY,
+    with servers.toolkit_serve(repo, log, cpus=server_cpus, frontend=frontend, pids=pids, source=source) as url:
+        common = dict(shape=shape, batch=rows, concurrency="16:16", cpus=client_cpus, protocol=frontend.protocol)
+        perf_analyzer.run(model, url, measurement_ms=1000, stability=perf_analyzer.LOOSE_STABILITY,
                           max_trials=3, **common)  # warm-up
         (pid,) = pids
         if batch_policy:
             sched_batch(pid)
         levels: list[perf_analyzer.Level] = []
         load = threading.Thread(target=lambda: levels.extend(perf_analyzer.run_levels(
-            pytorch_ceiling.MODEL, url, measurement_ms=int(seconds * 1000) + 4000, max_trials=3, **common)))
+            model, url, measurement_ms=int(seconds * 1000) + 4000, max_trials=3, **common)))
         load.start()
         time.sleep(2)  # into the measured part of the load
         before, began = thread_counters(pid), time.monotonic()
@@ -106,7 +121,7 @@ def measure(repo: Path, log: Path, frontend: servers.Frontend, cpus: tuple[str, 
         after, elapsed = thread_counters(pid), time.monotonic() - began
         load.join()
     (level,) = levels
-    requests = level.throughput / 2 * elapsed  # perf_analyzer -b 2: two inferences a request
+    requests = level.throughput / rows * elapsed  # perf_analyzer -b ROWS: ROWS inferences a request
     ticks = os.sysconf("SC_CLK_TCK")
     roles: dict[str, dict[str, float]] = {}
     for tid, (cpu, nice, voluntary, involuntary) in after.items():
@@ -127,6 +142,62 @@ def measure(repo: Path, log: Path, frontend: servers.Frontend, cpus: tuple[str, 
             "batch": level.batch_size, "threads": roles}
 
 
+def parse_arm(spec: str) -> tuple[str, Path, dict[str, str]]:
+    """NAME=TREE[,VAR=VALUE...] -> (name, tree, environment)."""
+    name, sep, rest = spec.partition("=")
+    tree, *settings = rest.split(",")
+    if not sep or not name or not tree or any("=" not in setting for setting in settings):
+        raise SystemExit(f"--arm {spec!r}: expected NAME=TREE[,VAR=VALUE...]")
+    path = Path(tree).resolve()
+    if not (path / "handlers").is_dir():
+        raise SystemExit(f"--arm {spec!r}: {path} has no handlers/ (a checkout of this repository)")
+    return name, path, dict(setting.split("=", 1) for setting in settings)
+
+
+def repository_arms(args: argparse.Namespace, cpus: tuple[str, str], frontend: servers.Frontend) -> None:
+    """--repository: the arms on that repository's model, interleaved (rotated) in every repeat."""
+    arms = [parse_arm(spec) for spec in args.arm or [f"this={servers.ROOT}"]]
+    runs: dict[str, list[dict]] = {name: [] for name, _, _ in arms}
+    with tempfile.TemporaryDirectory(prefix="serving-threads-") as folder:
+        for repeat in range(args.repeats):
+            for name, tree, env in servers.rotated(arms, repeat):
+                arm_frontend = dataclasses.replace(frontend, extra=(*frontend.extra, *env.items()))
+                result = measure(args.repository, Path(folder) / f"{name}.log", arm_frontend, cpus, args.seconds,
+                                 batch_policy=False, model=args.model, shape=None, rows=args.rows, source=tree)
+                runs[name].append(result)
+                print(f"repeat {repeat + 1}, {name}: {result['throughput']:.1f} infer/s, p95 {result['p95_ms']:.1f} ms, "
+                      + ", ".join(f"{role} {t['us_per_request']:.0f} us/request" for role, t in result["threads"].items()),
+                      flush=True)
+    print(f"\nmedians of {args.repeats}, {args.model} ({args.rows} rows a request, c16), {frontend.name}, server on "
+          f"CPU {cpus[1]}, perf_analyzer on CPU {cpus[0]}:")
+    print("| arm | infer/s (repeats) | p95 ms | avg batch | event loop us/request | front end us/request "
+          "| instances us/request | serving switches/request (voluntary, involuntary) |")
+    print("|---|---|---|---|---|---|---|---|")
+    summary = {}
+    for name, results in runs.items():
+        def med(role: str, key: str) -> float:
+            return statistics.median(r["threads"].get(role, {}).get(key, 0.0) for r in results)
+        rates = [r["throughput"] for r in results]
+        row = {"throughput": statistics.median(rates), "p95_ms": statistics.median(r["p95_ms"] for r in results),
+               "batch": statistics.median(r["batch"] for r in results),
+               **{f"{role}_{key}": med(role, key) for role in ("event loop", "front end", "instance")
+                  for key in ("us_per_request", "voluntary_per_s", "involuntary_per_s")}}
+        summary[name] = row
+        per_request = args.rows / row["throughput"]
+        print(f"| {name} | {row['throughput']:.0f} ({min(rates):.0f}-{max(rates):.0f}) | {row['p95_ms']:.1f} | "
+              f"{row['batch']:.1f} | {row['event loop_us_per_request']:.0f} | {row['front end_us_per_request']:.0f} | "
+              f"{row['instance_us_per_request']:.0f} | "
+              f"{(row['event loop_voluntary_per_s'] + row['front end_voluntary_per_s']) * per_request:.2f}, "
+              f"{(row['event loop_involuntary_per_s'] + row['front end_involuntary_per_s']) * per_request:.2f} |")
+    output = args.output or BENCH / "results" / f"serving-threads-{args.model}-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
+    output.write_text(json.dumps({"date": dt.datetime.now().isoformat(timespec="seconds"), "host": socket.gethostname(),
+                                  "model": args.model, "rows": args.rows, "frontend": frontend.name,
+                                  "cpus": {"client": cpus[0], "server": cpus[1]}, "repeats": args.repeats,
+                                  "arms": {name: {"tree": str(tree), "env": env} for name, tree, env in arms},
+                                  "runs": runs, "medians": summary}, indent=2) + "\n")
+    print(f"results: {output}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -134,11 +205,25 @@ def main() -> None:
     parser.add_argument("--sched-batch", action="store_true", help="add the model+sched-batch arm")
     parser.add_argument("--frontend", default="http-native", choices=sorted(servers.FRONTENDS))
     parser.add_argument("--output", type=Path, default=None)
+    parser.add_argument("--repository", type=Path, default=None,
+                        help="serve this repository's --model instead of the pytorch CNN (no ceiling, no cheap arm)")
+    parser.add_argument("--model", default=None, help="with --repository: the model perf_analyzer drives")
+    parser.add_argument("--rows", type=int, default=2, help="with --repository: rows a request (perf_analyzer -b)")
+    parser.add_argument("--arm", action="append", metavar="NAME=TREE[,VAR=VALUE...]",
+                        help="with --repository, repeatable: a tree to serve from and its environment "
+                             "(default: this tree as it is)")
     args = parser.parse_args()
     cpus = servers.split_cpus()
     if cpus is None:
         raise SystemExit("needs two CPUs: perf_analyzer on one, the server on the other")
     frontend = servers.FRONTENDS[args.frontend]
+    if args.repository is not None:
+        if args.model is None:
+            raise SystemExit("--repository needs --model")
+        repository_arms(args, cpus, frontend)
+        return
+    if args.arm or args.model:
+        raise SystemExit("--arm and --model go with --repository")
     arms = ["model", "cheap"] + (["model+sched-batch"] if args.sched_batch else [])
     runs: dict[str, list[dict]] = {arm: [] for arm in arms}
     ceilings: list[float] = []

@@ -101,6 +101,13 @@ class Server:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def metric(self, line_start: str) -> float:
+        """The sum of the values of the /metrics lines that start with `line_start` (a metric's
+        name and the start of its labels, e.g. 'nv_inference_pending_request_count{model="m"')."""
+        with urllib.request.urlopen(f"{self.http}/metrics", timeout=30) as response:
+            text = response.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
+
 
 @contextlib.contextmanager
 def serve(repo: Path, *args: str, ready_timeout: float = 90.0, env: dict | None = None, wait_ready: bool = True) -> Iterator[Server]:

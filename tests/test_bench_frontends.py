@@ -78,6 +78,20 @@ time.sleep(60)
         child.wait()
 
 
+def test_serving_threads_arms_name_a_tree_and_its_environment(tmp_path: Path) -> None:
+    """bench/serving_threads.py --arm NAME=TREE[,VAR=VALUE...]: a checkout to serve from (one
+    with handlers/) and the environment its server gets; anything else is refused by name."""
+    import serving_threads
+
+    assert serving_threads.parse_arm(f"after={ROOT}") == ("after", ROOT, {})
+    assert serving_threads.parse_arm(f"4k={ROOT},TOOLKIT_HUGE_PAGES=0,A=b=c") == (
+        "4k", ROOT, {"TOOLKIT_HUGE_PAGES": "0", "A": "b=c"})
+    for spec, message in [(str(ROOT), "expected NAME=TREE"), (f"x={ROOT},NOVALUE", "expected NAME=TREE"),
+                          ("x=", "expected NAME=TREE"), (f"x={tmp_path}", "has no handlers/")]:
+        with pytest.raises(SystemExit, match=message):
+            serving_threads.parse_arm(spec)
+
+
 def test_toolkit_serve_names_the_process_that_serves(tmp_path: Path) -> None:
     """bench/servers.toolkit_serve hands out the server's process id (serving_threads.py reads its
     threads): the process that runs `toolkit serve`, pinned where asked (taskset execs it, so the id

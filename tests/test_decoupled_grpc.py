@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import queue
 import time
-import urllib.request
 
 import grpc
 import numpy as np
@@ -162,15 +161,9 @@ def until(condition, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
-def _metric(server, prefix: str) -> float:
-    with urllib.request.urlopen(f"{server.http}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
-
-
 def pending(server) -> float:
-    return _metric(server, 'nv_inference_pending_request_count{model="probe"')
+    return server.metric('nv_inference_pending_request_count{model="probe"')
 
 
 def failures(server) -> float:
-    return _metric(server, 'nv_inference_request_failure{model="probe",reason="CANCELED"')
+    return server.metric('nv_inference_request_failure{model="probe",reason="CANCELED"')

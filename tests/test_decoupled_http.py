@@ -192,15 +192,9 @@ def test_events_arrive_while_the_stream_is_open_and_a_disconnect_cancels(server)
     assert "cancelled: request True sender True" in _log(server)
 
 
-def _metric(server, line_start: str) -> float:
-    with urllib.request.urlopen(f"{server.http}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(line_start))
-
-
 def test_a_client_that_leaves_while_queued_frees_its_slot(server):
     cancelled = 'nv_inference_request_failure{model="probe",reason="CANCELED"'
-    before = _metric(server, cancelled)
+    before = server.metric(cancelled)
     busy = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     busy.request("POST", "/v2/models/probe/generate_stream", body=json.dumps({"MODE": 19}))  # holds the instance
     held = busy.getresponse()
@@ -208,14 +202,14 @@ def test_a_client_that_leaves_while_queued_frees_its_slot(server):
     queued = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     queued.request("POST", "/v2/models/probe/generate_stream", body=json.dumps({"MODE": 0}))
     deadline = time.monotonic() + 30
-    while _metric(server, 'nv_inference_pending_request_count{model="probe"') < 1 and time.monotonic() < deadline:
+    while server.metric('nv_inference_pending_request_count{model="probe"') < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert _metric(server, 'nv_inference_pending_request_count{model="probe"') == 1
+    assert server.metric('nv_inference_pending_request_count{model="probe"') == 1
     queued.close()
-    while _metric(server, cancelled) == before and time.monotonic() < deadline:
+    while server.metric(cancelled) == before and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert _metric(server, cancelled) == before + 1
-    assert _metric(server, 'nv_inference_pending_request_count{model="probe"') == 0
+    assert server.metric(cancelled) == before + 1
+    assert server.metric('nv_inference_pending_request_count{model="probe"') == 0
     busy.close()  # the model sees the cancellation and returns
     assert events(post(server, "/v2/models/probe/generate_stream", {"MODE": 14})[2]) == []
 

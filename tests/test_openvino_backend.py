@@ -262,7 +262,6 @@ def test_cpu_budget_share_sets_inference_threads_unless_the_config_does(repo):
 def test_instances_warming_up_together_finish(repo):
     """Two instances' first inferences at once (as warmup runs them) both finish: pybind11's
     one-time numpy initialisation deadlocked when two threads reached it together."""
-    import concurrent.futures
     import subprocess
     import sys
 

@@ -20,7 +20,6 @@ import subprocess
 import textwrap
 import threading
 import time
-import urllib.request
 import uuid
 from functools import partial
 from pathlib import Path
@@ -283,13 +282,6 @@ def test_a_sequence_without_a_free_slot_waits_in_the_backlog_until_one_ends(repo
     assert _send(reporters, "one_slot", 1, 52, end=True)[0] == 101
 
 
-def _pending(server, model: str) -> float:
-    with urllib.request.urlopen(f"{server.http}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    start = f'nv_inference_pending_request_count{{model="{model}"'
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(start))
-
-
 def test_direct_slots_keep_their_position_and_null_requests_fill_the_gaps(reporters):
     """max_batch_size 2 gives the instance two slots. Sequence 61 takes slot 0, 62 slot 1; with
     minimum_slot_utilization 1.0 and a 1 s delay a batch waits for both slots, then runs
@@ -305,7 +297,7 @@ def test_direct_slots_keep_their_position_and_null_requests_fill_the_gaps(report
     # 62 starts only once 61 is queued, so 61 holds slot 0 (a fixed head start was not always enough);
     # 61's batch waits for slot 1 up to the 1 s delay
     deadline = time.monotonic() + 0.8
-    while _pending(reporters, "slots") < 1 and time.monotonic() < deadline:
+    while reporters.metric('nv_inference_pending_request_count{model="slots"') < 1 and time.monotonic() < deadline:
         time.sleep(0.01)
     first[1].start()
     for thread in first:

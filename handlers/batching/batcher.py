@@ -4,7 +4,9 @@ A worker that is free forms the next batch (formation.py) and executes it on its
 so instances run in parallel (ONNX Runtime releases the GIL). Only one free worker forms a batch
 at a time, like tritonserver's single batcher thread: it waits on `_lead` for arrivals or for the
 queue delay to run out, while the other free workers wait on `_idle` until it has taken a batch.
-A submit therefore wakes exactly one thread, and the request reaches an instance in one hand-off.
+A submit therefore wakes one thread (a second only when the leading worker is already owed a
+batch and another free worker takes the new one), and the request reaches an instance in one
+hand-off.
 
 While a worker is free, the submitting thread forms the batch itself, at arrival, as
 tritonserver's batcher thread does when a request wakes it, and hands it to a free worker
