@@ -10,21 +10,22 @@ packed with tar. Nothing refers back to the host's paths: the interpreter finds 
 library next to itself and its libpython through LD_LIBRARY_PATH=<env>/lib, which the
 activation sets (the copied binary's RUNPATH still names the host's prefix, as an unpacked
 conda environment's recorded prefix would before conda-unpack).
+
+`make_environment(..., python=...)` makes the same from another installed interpreter (a Python
+3.10 one, say: the Python of Triton's 24.x containers); `find_python` looks for one on PATH and
+among pyenv's versions.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tarfile
 from pathlib import Path
 
-import numpy
-
-VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
 # Shared libraries an extension module may need that the environment carries (conda ships them
 # too); modules needing others (tk, curses, readline, ssl, sqlite...) are left out: the model
 # process never imports them.
@@ -74,33 +75,80 @@ def _copy_stdlib(source: Path, destination: Path, dynload: Path) -> set[Path]:
     return libraries
 
 
+# What an interpreter reports of its installation (run by that interpreter: no imports beyond
+# its standard library).
+_LAYOUT = """
+import json, os, sys, sysconfig
+print(json.dumps({
+    "version": "%d.%d" % sys.version_info[:2], "base_prefix": sys.base_prefix,
+    "executable": os.path.realpath(sys.executable), "shared": bool(sysconfig.get_config_var("Py_ENABLE_SHARED")),
+    "libpython": os.path.join(sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("INSTSONAME") or ""),
+    "stdlib": sysconfig.get_paths()["stdlib"], "dynload": sysconfig.get_config_var("DESTSHARED"),
+}))
+"""
+
+
+def _layout(python: Path | None) -> dict:
+    """The installation of `python` (default: the interpreter running this)."""
+    return json.loads(subprocess.run([str(python or sys.executable), "-I", "-c", _LAYOUT], capture_output=True,
+                                     text=True, check=True, timeout=60).stdout)
+
+
+def find_python(version: str) -> Path | None:
+    """An installed CPython `version` ("3.10") that runs: `pythonX.Y` on PATH, else the newest of
+    pyenv's versions of it; None when there is none."""
+    candidates = []
+    on_path = shutil.which(f"python{version}")
+    if on_path:
+        candidates.append(Path(on_path))
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+        if root:
+            installed = (Path(root) / "versions").glob(f"{version}.*")
+            newest = sorted(installed, key=lambda p: [int(n) if n.isdigit() else 0 for n in p.name.split(".")])
+            candidates += [path / "bin" / f"python{version}" for path in reversed(newest)]
+    for candidate in candidates:
+        try:
+            if _layout(candidate)["version"] == version:
+                return candidate
+        except (OSError, subprocess.SubprocessError, ValueError):
+            continue  # a pyenv shim for a version that is not selected, or a broken install
+    return None
+
+
 def make_environment(root: Path, packages: dict[str, str] | None = None, with_numpy: bool = True,
-                     numpy_site: Path | None = None) -> Path:
-    """An unpacked environment at `root`: this interpreter, numpy (unless `with_numpy` is False;
-    the one installed here, or the one in the site-packages folder `numpy_site`) and `packages`
-    ({"relative/path.py": source} under site-packages)."""
-    base = Path(sys.base_prefix)
+                     numpy_site: Path | None = None, python: Path | None = None) -> Path:
+    """An unpacked environment at `root`: the interpreter `python` (default: this one), numpy
+    (unless `with_numpy` is False; the one installed here, or the one in the site-packages folder
+    `numpy_site`, which another interpreter needs) and `packages` ({"relative/path.py": source}
+    under site-packages)."""
+    layout = _layout(python)
+    version = f"python{layout['version']}"
     (root / "bin").mkdir(parents=True)
     lib = root / "lib"
     lib.mkdir()
-    executable = base / "bin" / VERSION
+    executable = Path(layout["base_prefix"]) / "bin" / version
     if not executable.exists():
-        executable = Path(os.path.realpath(sys.executable))
-    shutil.copy2(executable, root / "bin" / VERSION)
-    os.symlink(VERSION, root / "bin" / "python3")
-    os.symlink(VERSION, root / "bin" / "python")
-    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
-        libpython = Path(sysconfig.get_config_var("LIBDIR")) / sysconfig.get_config_var("INSTSONAME")
+        executable = Path(layout["executable"])
+    shutil.copy2(executable, root / "bin" / version)
+    os.symlink(version, root / "bin" / "python3")
+    os.symlink(version, root / "bin" / "python")
+    if layout["shared"]:
+        libpython = Path(layout["libpython"])
         shutil.copy2(libpython, lib / libpython.name)
-    stdlib = lib / VERSION
+    stdlib = lib / version
     stdlib.mkdir()
-    dynload = Path(sysconfig.get_config_var("DESTSHARED"))
-    libraries = _copy_stdlib(Path(sysconfig.get_paths()["stdlib"]), stdlib, dynload)
+    libraries = _copy_stdlib(Path(layout["stdlib"]), stdlib, Path(layout["dynload"]))
     for library in libraries:
         shutil.copy2(library, lib / library.name)
     site = stdlib / "site-packages"
     site.mkdir()
     if with_numpy:
+        if numpy_site is None:
+            if python is not None:
+                raise ValueError("another interpreter's environment needs numpy_site (numpy built for it)")
+            import numpy
         installed = numpy_site / "numpy" if numpy_site else Path(numpy.__file__).parent
         shutil.copytree(installed, site / "numpy", ignore=shutil.ignore_patterns("__pycache__", "tests"))
         for extra in installed.parent.glob("numpy.libs"):

@@ -11,6 +11,7 @@ package made here, laid out and packed as conda-pack does.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import socket
 import subprocess
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from cli_runner import invoke
-from execution_envs import fake_environment, make_environment, pack
+from execution_envs import fake_environment, find_python, make_environment, pack
 from serving import serve
 
 from handlers.backends.python import IN_PROCESS, INSTANCE_MODE_ENV, PROCESS, instance_mode
@@ -46,7 +47,8 @@ class TritonPythonModel:
         responses = []
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
-            info = "|".join([sys.executable, sys.prefix, np.__version__, str(sys.path)])
+            info = "|".join([sys.executable, sys.prefix, np.__version__, "%d.%d.%d" % sys.version_info[:3],
+                             str(sys.path)])
             responses.append(pb_utils.InferenceResponse([
                 pb_utils.Tensor("Y", (x + envonly_marker.OFFSET).astype(np.float32)),
                 pb_utils.Tensor("INFO", np.array([info.encode()], dtype=object)),
@@ -212,7 +214,7 @@ def test_portable_channel_carries_arrays_without_numpys_private_modules():
 
 def _served_infos(repo: Path, names: list[str]) -> dict[str, list[str]]:
     """Serve `repo`, send each model X; each answers X + 42 (the environment's package) and what its
-    process runs on: executable, prefix, numpy version, sys.path."""
+    process runs on: executable, prefix, numpy version, Python version, sys.path."""
     infos = {}
     with serve(repo, "--device", "cpu") as server:
         client = httpclient.InferenceServerClient(server.url)
@@ -223,7 +225,7 @@ def _served_infos(repo: Path, names: list[str]) -> dict[str, list[str]]:
                 inputs[0].set_data_from_numpy(x)
                 result = client.infer(name, inputs)
                 np.testing.assert_array_equal(result.as_numpy("Y"), x + 42)
-                infos[name] = result.as_numpy("INFO")[0].decode().split("|", 3)
+                infos[name] = result.as_numpy("INFO")[0].decode().split("|", 4)
         finally:
             client.close()
     return infos
@@ -234,8 +236,10 @@ def test_serve_runs_the_model_on_the_environments_interpreter(tmp_path, archive,
     directory = env_model(repo, "packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz")
     shutil.copy(archive, directory / "env.tar.gz")
     env_model(repo, "unpacked", str(environment))
-    for name, (executable, prefix, numpy_version, path) in _served_infos(repo, ["packed", "unpacked"]).items():
+    for name, (executable, prefix, numpy_version, python_version, path) in _served_infos(
+            repo, ["packed", "unpacked"]).items():
         assert executable != sys.executable
+        assert python_version == "%d.%d.%d" % sys.version_info[:3]
         assert executable.endswith("/bin/python") and prefix == executable[: -len("/bin/python")]
         if name == "unpacked":
             assert prefix == str(environment)
@@ -251,11 +255,12 @@ def test_serve_runs_the_model_on_the_environments_interpreter(tmp_path, archive,
 
 def test_the_model_process_needs_no_python_newer_than_3_10():
     """Triton's 24.x containers run Python 3.10, so environments made for them are 3.10 ones.
-    No Python 3.10 interpreter can be installed where these tests run (PyPI, Debian 12 and npm
-    carry none), so this is a static check, and a stand-in for running one: vermin reads every
-    module the model process can import (the python backend's package, the two package files
-    above it and handlers/huge_pages.py; the bootstrap imports nothing else of this project) and
-    finds nothing that 3.10 lacks, and that 3.9 would (the check has teeth: `-t=3.9-` fails)."""
+    PyPI, Debian 12 and npm carry no Python 3.10, so besides running one where it is installed
+    (test_serve_runs_a_model_in_a_python_3_10_environment, below) this checks statically, on any
+    machine: vermin reads every module the model process can import (the python backend's package,
+    the two package files above it and handlers/huge_pages.py; the bootstrap imports nothing else
+    of this project) and finds nothing that 3.10 lacks, and that 3.9 would (the check has teeth:
+    `-t=3.9-` fails)."""
     import handlers
 
     package = Path(handlers.__file__).parent
@@ -275,21 +280,22 @@ def test_the_model_process_needs_no_python_newer_than_3_10():
 
 
 # The oldest numpy with wheels for each Python: 1.23.5 is the oldest the stub supports (MIN_NUMPY).
-OLDEST_NUMPY = {(3, 11): "1.23.5", (3, 12): "1.26.4", (3, 13): "2.1.3"}
+OLDEST_NUMPY = {(3, 10): "1.23.5", (3, 11): "1.23.5", (3, 12): "1.26.4", (3, 13): "2.1.3"}
 
 
-@pytest.fixture(scope="module")
-def oldest_numpy(tmp_path_factory) -> Path:
-    """The oldest numpy for this Python (1.23.5 on 3.11, where the tests run) unpacked from its
-    wheel on PyPI, kept in the tools cache between runs."""
-    version = OLDEST_NUMPY.get(sys.version_info[:2], OLDEST_NUMPY[max(OLDEST_NUMPY)])
+def numpy_for(python: tuple[int, int], download: Path) -> Path:
+    """The oldest numpy for CPython `python` (OLDEST_NUMPY) unpacked from its manylinux wheel on
+    PyPI into a site-packages folder, kept in the tools cache between runs."""
+    version = OLDEST_NUMPY.get(python, OLDEST_NUMPY[max(OLDEST_NUMPY)])
     cache = Path(os.environ.get("TOOLKIT_TOOLS_CACHE", Path.home() / ".cache" / "toolkit-tools")) / f"numpy-{version}"
-    site = cache / f"cp{sys.version_info.major}{sys.version_info.minor}"
+    tag = f"cp{python[0]}{python[1]}"
+    site = cache / tag
     if not (site / "numpy" / "__init__.py").exists():
-        download = tmp_path_factory.mktemp("numpy-wheel")
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                        f"numpy=={version}", "-d", str(download)], check=True, timeout=600)
-        wheel = next(download.glob(f"numpy-{version}-*.whl"))
+                        "--python-version", f"{python[0]}.{python[1]}", "--implementation", "cp", "--abi", tag,
+                        "--platform", f"manylinux2014_{platform.machine()}", f"numpy=={version}", "-d", str(download)],
+                       check=True, timeout=600)
+        wheel = next(download.glob(f"numpy-{version}-{tag}-*.whl"))
         partial = site.with_suffix(".partial")
         shutil.rmtree(partial, ignore_errors=True)
         with zipfile.ZipFile(wheel) as archive:
@@ -301,6 +307,12 @@ def oldest_numpy(tmp_path_factory) -> Path:
     return site
 
 
+@pytest.fixture(scope="module")
+def oldest_numpy(tmp_path_factory) -> Path:
+    """The oldest numpy for this Python (1.23.5 on 3.11, where the tests run)."""
+    return numpy_for(sys.version_info[:2], tmp_path_factory.mktemp("numpy-wheel"))
+
+
 def test_serve_runs_a_model_in_an_environment_with_the_oldest_numpy(tmp_path, oldest_numpy):
     environment = make_environment(tmp_path / "env", ENV_ONLY, numpy_site=oldest_numpy)
     repo = tmp_path / "models"
@@ -309,3 +321,34 @@ def test_serve_runs_a_model_in_an_environment_with_the_oldest_numpy(tmp_path, ol
     pack(environment, directory / "env.tar.gz")
     infos = _served_infos(repo, ["old_numpy", "old_numpy_packed"])
     assert {name: info[2] for name, info in infos.items()} == dict.fromkeys(infos, oldest_numpy.parent.name.split("-")[1])
+
+
+PYTHON_3_10 = find_python("3.10")
+
+
+@pytest.mark.skipif(PYTHON_3_10 is None and os.environ.get("TOOLKIT_REQUIRE_TOOLS") != "1",
+                    reason="no Python 3.10 installed (on PATH or among pyenv's versions)")
+def test_serve_runs_a_model_in_a_python_3_10_environment(tmp_path):
+    """An environment of Python 3.10, the Python of Triton's 24.x containers and so of the
+    environments users pack for them, with the oldest numpy the stub supports: the model runs on
+    that interpreter, packed and unpacked, and answers through the stub (its modules run on 3.10
+    for real, not only by vermin's reading above). The interpreter is an installed CPython 3.10
+    (pyenv's, where these tests run: PyPI, Debian 12 and npm carry none), laid out as conda-pack
+    lays out an environment (execution_envs.py)."""
+    assert PYTHON_3_10 is not None, "TOOLKIT_REQUIRE_TOOLS=1: this machine must have a Python 3.10"
+    site = numpy_for((3, 10), tmp_path / "wheel")
+    environment = make_environment(tmp_path / "env310", ENV_ONLY, numpy_site=site, python=PYTHON_3_10)
+    assert (environment / "bin" / "python3.10").exists()
+    repo = tmp_path / "models"
+    env_model(repo, "py310", str(environment))
+    pack(environment, env_model(repo, "py310_packed", "$$TRITON_MODEL_DIRECTORY/env.tar.gz") / "env.tar.gz")
+    result = invoke(["validate", str(repo)])
+    assert result.exit_code == 0, result.output
+    infos = _served_infos(repo, ["py310", "py310_packed"])
+    for name, (executable, prefix, numpy_version, python_version, path) in infos.items():
+        assert python_version.startswith("3.10."), (name, python_version)
+        assert numpy_version == OLDEST_NUMPY[(3, 10)]
+        assert executable.endswith("/bin/python") and prefix == executable[: -len("/bin/python")]
+        assert all(entry.startswith((prefix, str(repo))) for entry in eval(path) if entry), path
+    assert infos["py310"][1] == str(environment)
+    assert "toolkit_python_env_" in infos["py310_packed"][1]  # unpacked at load time into a folder of its own
