@@ -142,6 +142,23 @@ def measure(repo: Path, log: Path, frontend: servers.Frontend, cpus: tuple[str, 
             "batch": level.batch_size, "threads": roles}
 
 
+def progress(repeat: int, arm: str, result: dict) -> None:
+    print(f"repeat {repeat + 1}, {arm}: {result['throughput']:.1f} infer/s, p95 {result['p95_ms']:.1f} ms, "
+          + ", ".join(f"{role} {t['us_per_request']:.0f} us/request" for role, t in result["threads"].items()),
+          flush=True)
+
+
+def medians(results: list[dict]) -> dict:
+    """An arm's repeats: the medians of its rate, p95, batch and each role's CPU and switches."""
+    def med(role: str, key: str) -> float:
+        return statistics.median(r["threads"].get(role, {}).get(key, 0.0) for r in results)
+    return {"throughput": statistics.median(r["throughput"] for r in results),
+            "p95_ms": statistics.median(r["p95_ms"] for r in results),
+            "batch": statistics.median(r["batch"] for r in results),
+            **{f"{role}_{key}": med(role, key) for role in ("event loop", "front end", "instance")
+               for key in ("us_per_request", "voluntary_per_s", "involuntary_per_s")}}
+
+
 def parse_arm(spec: str) -> tuple[str, Path, dict[str, str]]:
     """NAME=TREE[,VAR=VALUE...] -> (name, tree, environment)."""
     name, sep, rest = spec.partition("=")
@@ -165,9 +182,7 @@ def repository_arms(args: argparse.Namespace, cpus: tuple[str, str], frontend: s
                 result = measure(args.repository, Path(folder) / f"{name}.log", arm_frontend, cpus, args.seconds,
                                  batch_policy=False, model=args.model, shape=None, rows=args.rows, source=tree)
                 runs[name].append(result)
-                print(f"repeat {repeat + 1}, {name}: {result['throughput']:.1f} infer/s, p95 {result['p95_ms']:.1f} ms, "
-                      + ", ".join(f"{role} {t['us_per_request']:.0f} us/request" for role, t in result["threads"].items()),
-                      flush=True)
+                progress(repeat, name, result)
     print(f"\nmedians of {args.repeats}, {args.model} ({args.rows} rows a request, c16), {frontend.name}, server on "
           f"CPU {cpus[1]}, perf_analyzer on CPU {cpus[0]}:")
     print("| arm | infer/s (repeats) | p95 ms | avg batch | event loop us/request | front end us/request "
@@ -175,14 +190,8 @@ def repository_arms(args: argparse.Namespace, cpus: tuple[str, str], frontend: s
     print("|---|---|---|---|---|---|---|---|")
     summary = {}
     for name, results in runs.items():
-        def med(role: str, key: str) -> float:
-            return statistics.median(r["threads"].get(role, {}).get(key, 0.0) for r in results)
         rates = [r["throughput"] for r in results]
-        row = {"throughput": statistics.median(rates), "p95_ms": statistics.median(r["p95_ms"] for r in results),
-               "batch": statistics.median(r["batch"] for r in results),
-               **{f"{role}_{key}": med(role, key) for role in ("event loop", "front end", "instance")
-                  for key in ("us_per_request", "voluntary_per_s", "involuntary_per_s")}}
-        summary[name] = row
+        row = summary[name] = medians(results)
         per_request = args.rows / row["throughput"]
         print(f"| {name} | {row['throughput']:.0f} ({min(rates):.0f}-{max(rates):.0f}) | {row['p95_ms']:.1f} | "
               f"{row['batch']:.1f} | {row['event loop_us_per_request']:.0f} | {row['front end_us_per_request']:.0f} | "
@@ -247,9 +256,7 @@ def main() -> None:
                 result = measure(repos[arm.split("+")[0]], work / f"{arm}.log", frontend, cpus, args.seconds,
                                  batch_policy=arm.endswith("sched-batch"))
                 runs[arm].append(result)
-                print(f"repeat {repeat + 1}, {arm}: {result['throughput']:.1f} infer/s, p95 {result['p95_ms']:.1f} ms, "
-                      + ", ".join(f"{name} {t['us_per_request']:.0f} us/request" for name, t in result["threads"].items()),
-                      flush=True)
+                progress(repeat, arm, result)
     ceiling = statistics.median(ceilings)
     print(f"\nmedians of {args.repeats}, {frontend.name}, server on CPU {cpus[1]}, perf_analyzer on CPU {cpus[0]}; "
           f"the ceiling (the model alone, {pytorch_ceiling.INSTANCES} threads at batch 8 on the server's CPU): "
@@ -259,13 +266,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     summary = {}
     for arm, results in runs.items():
-        def med(name: str, key: str) -> float:
-            return statistics.median(r["threads"].get(name, {}).get(key, 0.0) for r in results)
-        row = {"throughput": statistics.median(r["throughput"] for r in results),
-               "p95_ms": statistics.median(r["p95_ms"] for r in results),
-               **{f"{name}_{key}": med(name, key) for name in ("event loop", "front end", "instance")
-                  for key in ("us_per_request", "voluntary_per_s", "involuntary_per_s")}}
-        summary[arm] = row
+        row = summary[arm] = medians(results)
         share = f"{row['throughput'] / ceiling:.1%}" if arm != "cheap" else "n/a"
         print(f"| {arm} | {row['throughput']:.1f} | {share} | {row['p95_ms']:.1f} | {row['event loop_us_per_request']:.0f} | "
               f"{row['front end_us_per_request']:.0f} | {row['instance_us_per_request']:.0f} | "
