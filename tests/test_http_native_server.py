@@ -1,9 +1,8 @@
 """The native HTTP front end's server (handlers/protocol/httpnative/server.py, NativeHttpServer)
 in this process, with small ASGI apps, under raw sockets: what the drain does with connections
 kept lingering after an error answer, and a streamed answer's back-pressure (a client that stops
-reading holds the producer back; one that leaves ends it). Every test runs twice: libevent on a
-thread of its own, and inline (run by the event loop's own thread, TOOLKIT_HTTP_INLINE=1).
-`toolkit serve` on it: tests/test_http_native.py."""
+reading holds the producer back; one that leaves ends it). `toolkit serve` on it:
+tests/test_http_native.py."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import hashlib
 import json
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,14 +22,6 @@ from serving import NEEDS_NATIVE_HTTP, read_continue, read_response
 
 pytestmark = NEEDS_NATIVE_HTTP
 
-INLINE = False  # how Running serves (the `mode` fixture sets it for each test)
-
-
-@pytest.fixture(autouse=True, params=[False, True], ids=["thread", "inline"])
-def mode(request, monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "INLINE", request.param)
-    return request.param
-
 
 class Running:
     """A NativeHttpServer serving `app` on its own event loop thread."""
@@ -39,8 +29,7 @@ class Running:
     def __init__(self, app: Any, graceful_seconds: float, keep_alive_seconds: float) -> None:
         from handlers.protocol.httpnative.server import NativeHttpServer
 
-        self.server = NativeHttpServer(app, graceful_seconds=graceful_seconds, keep_alive_seconds=keep_alive_seconds,
-                                       inline=INLINE)
+        self.server = NativeHttpServer(app, graceful_seconds=graceful_seconds, keep_alive_seconds=keep_alive_seconds)
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(128)
@@ -49,14 +38,6 @@ class Running:
         self.served = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
-
-    def wait_started(self, timeout: float = 10.0) -> None:
-        """Until serving; then the libevent base runs as asked (inline: the loop watches its epoll descriptor)."""
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
-        assert (self.server.inline_base >= 0) == INLINE
 
     def _run(self) -> None:
         try:
@@ -86,7 +67,6 @@ class Running:
 def running(app: Any, graceful_seconds: float = 5.0, keep_alive_seconds: float = 75.0) -> Iterator[Running]:
     server = Running(app, graceful_seconds, keep_alive_seconds)
     try:
-        server.wait_started()
         yield server
     finally:
         if not server.served.is_set():

@@ -18,11 +18,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import signal
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,18 +65,6 @@ def http_frontend() -> str:
     reason, for another value or for native when its module is not built."""
     return frontends.choose(HTTP_FRONTEND_ENV, HTTP_FRONTENDS, "uvicorn", NATIVE_HTTP_MODULE,
                             "HTTP front end is not built (handlers/protocol/native/build.py http)")
-
-
-HTTP_INLINE_ENV = "TOOLKIT_HTTP_INLINE"
-
-
-def http_inline(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the native HTTP front end runs libevent on the event loop's own thread instead of a
-    thread of its own: TOOLKIT_HTTP_INLINE=1 / 0."""
-    value = (os.environ if environ is None else environ).get(HTTP_INLINE_ENV, "0")
-    if value not in ("0", "1"):
-        raise ValueError(f"{HTTP_INLINE_ENV}={value!r}: expected 1 or 0")
-    return value == "1"
 
 
 def _fastest(module: str, fallback: str) -> str:
@@ -170,8 +157,7 @@ def serve(
     runner = _Runner(repository, host, exit_on_error, graceful_seconds, log_level, reuse_port)
     try:
         runner.frontend = http_frontend() if port else "uvicorn"
-        runner.inline = http_inline()
-    except ValueError as exc:  # TOOLKIT_HTTP_FRONTEND or TOOLKIT_HTTP_INLINE is wrong
+    except ValueError as exc:  # TOOLKIT_HTTP_FRONTEND is wrong
         log.error("%s", exc)
         return 1
     try:
@@ -194,7 +180,6 @@ class _Runner:
         self.repository = repository
         self.reuse_port = reuse_port
         self.frontend = "uvicorn"  # of the HTTP port (http_frontend())
-        self.inline = False  # the native one's libevent on the loop's thread (http_inline())
         self.host = host
         self.exit_on_error = exit_on_error
         self.graceful_seconds = graceful_seconds
@@ -269,7 +254,7 @@ class _Runner:
             if kind == "HTTP" and frontend == "native":
                 from ..protocol.httpnative.server import NativeHttpServer
 
-                server: Any = NativeHttpServer(app, graceful_seconds=self.graceful_seconds, inline=self.inline)
+                server: Any = NativeHttpServer(app, graceful_seconds=self.graceful_seconds)
             else:
                 server = self._uvicorn(app, sock)
             self.http.append(server)
@@ -282,8 +267,7 @@ class _Runner:
         for listener in self.listeners:
             log.info("listening: %s", listener)
         if "HTTP" in sockets:
-            log.info("HTTP front end: %s%s", frontend,
-                     " (libevent on the event loop's thread)" if frontend == "native" and self.inline else "")
+            log.info("HTTP front end: %s", frontend)
         log.info("request limits: %d bytes a request, %d elements a tensor (TOOLKIT_MAX_REQUEST_BYTES, "
                  "TOOLKIT_MAX_TENSOR_ELEMENTS)", limits.LIMITS.max_request_bytes, limits.LIMITS.max_tensor_elements)
 

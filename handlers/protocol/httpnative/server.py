@@ -57,9 +57,6 @@ _ASGI = {"version": "3.0", "spec_version": "2.3"}
 # no more than WRITE_LOW are; a client that stops reading holds the app's producer back.
 WRITE_HIGH = 64 * 1024
 WRITE_LOW = 16 * 1024
-# Inline (one libevent base run by the loop's own thread): how often the loop runs the base for
-# its timers when nothing else wakes it, in seconds (evhttp's timeouts are whole seconds).
-TIMER_TICK = 0.5
 _INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", b"21")],
                    b"Internal Server Error")
 
@@ -103,14 +100,11 @@ class NativeHttpServer:
     """Serve `app` (handlers/app.py's RuntimeApp) on a bound, listening socket."""
 
     def __init__(self, app: Any, *, graceful_seconds: float = 30.0, keep_alive_seconds: float = 75.0,
-                 threads: int = 1, inline: bool = False) -> None:
+                 threads: int = 1) -> None:
         self.app = app
         self.graceful_seconds = graceful_seconds
         self.keep_alive_seconds = keep_alive_seconds
         self.threads = threads
-        self.inline = inline  # asked for; `inline_base` says whether it runs so
-        self.inline_base = -1  # inline: the libevent base's epoll descriptor the loop watches
-        self._tick: asyncio.TimerHandle | None = None
         self.started = False
         self._exit: asyncio.Event | None = None
         self._should_exit = False
@@ -143,16 +137,8 @@ class NativeHttpServer:
         host, port = sock.getsockname()[:2]
         self._server = (host, port)
         self._native = _httpnative.Server(sock.fileno(), limits.LIMITS.max_request_bytes, self.threads,
-                                          self.keep_alive_seconds, **refusals(limits.LIMITS.max_request_bytes),
-                                          inline=self.inline)
+                                          self.keep_alive_seconds, **refusals(limits.LIMITS.max_request_bytes))
         self._loop.add_reader(self._native.fileno(), self._drain)
-        self.inline_base = self._native.base_fileno()
-        if self.inline and self.inline_base < 0:
-            log.warning("the native HTTP front end runs libevent on a thread of its own: its epoll descriptor "
-                        "was not found in /proc/self/fdinfo, so the event loop cannot run it inline")
-        if self.inline_base >= 0:
-            self._loop.add_reader(self.inline_base, self._drain)
-            self._tick = self._loop.call_later(TIMER_TICK, self._on_tick)
         self.started = True
         self._drain()
         try:
@@ -165,12 +151,7 @@ class NativeHttpServer:
         assert loop is not None
         self._draining = True
         self._native.stop_accepting()
-        self._drain()  # (inline: the base takes it now)
         sock.close()  # with the workers' copies gone too, the kernel refuses new connections
-        if self.inline_base >= 0:  # a thread runs the base from here (shutdown)
-            loop.remove_reader(self.inline_base)
-            if self._tick is not None:
-                self._tick.cancel()
         await loop.run_in_executor(None, self._native.shutdown, self.graceful_seconds)
         self._finished = True
         self._drain()
@@ -179,14 +160,6 @@ class NativeHttpServer:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _on_tick(self) -> None:
-        """Inline: run the base now and then, for libevent's timers (idle connections' timeout,
-        lingering closes), which do not make its epoll descriptor readable."""
-        self._drain()
-        if not self._draining:
-            assert self._loop is not None
-            self._tick = self._loop.call_later(TIMER_TICK, self._on_tick)
 
     # -- dispatch -------------------------------------------------------------------------------
 

@@ -53,23 +53,11 @@ class EventQueue {
     }
   }
 
-  // Any thread: make the eventfd readable with nothing queued, so that the loop calls drain
-  // (the HTTP front end's inline mode: work for the libevent base the loop itself runs).
-  void Kick() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!events_.empty() || kicked_) return;
-    kicked_ = true;
-    uint64_t one = 1;
-    ssize_t written = write(fd_, &one, sizeof one);
-    (void)written;
-  }
-
-  // Everything queued (the eventfd is set iff the queue was non-empty or kicked: reading it resets it).
+  // Everything queued (the eventfd is set iff the queue was non-empty: reading it resets it).
   std::vector<Event> Take() {
     std::vector<Event> taken;
     std::lock_guard<std::mutex> lock(mu_);
     taken.swap(events_);
-    kicked_ = false;
     uint64_t count;
     ssize_t got = read(fd_, &count, sizeof count);
     (void)got;
@@ -82,7 +70,6 @@ class EventQueue {
   int fd_;
   std::mutex mu_;
   std::vector<Event> events_;
-  bool kicked_ = false;
 };
 
 // `Server.drain()`: every queued event as a Python list. `wrap(event)` takes the event over and

@@ -39,13 +39,10 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
-#include <dirent.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <strings.h>
 
 #include <algorithm>
@@ -197,9 +194,8 @@ bool SameName(const char* data, size_t size, const char* name) {
 
 class Worker {
  public:
-  Worker(Hub* hub, int listen_fd, int64_t max_body, double timeout, const Refusals* refusals, bool inline_mode)
-      : hub_(hub), max_body_(static_cast<uint64_t>(max_body)), refusals_(refusals), listen_fd_(listen_fd),
-        inline_(inline_mode) {
+  Worker(Hub* hub, int listen_fd, int64_t max_body, double timeout, const Refusals* refusals)
+      : hub_(hub), max_body_(static_cast<uint64_t>(max_body)), refusals_(refusals) {
     // epoll's changes batched per loop turn (libevent's changelist): evhttp turns a connection's
     // read and write interest on and off around every request, and the in-flight watch adds and
     // removes EPOLLRDHUP, 6 epoll_ctl calls per request; batched, ~2. libevent's one caveat
@@ -237,33 +233,13 @@ class Worker {
     return base_ != nullptr && http_ != nullptr && bound_ != nullptr && wake_ != nullptr && fixup_ != nullptr;
   }
 
-  // A thread of its own runs the base; inline, the asyncio loop's thread does (`Pump`, whenever
-  // the base's epoll descriptor is readable or Python queued work for it) until `Finish`, when a
-  // thread takes over for the drain. Inline needs that descriptor: found after the first turn
-  // (the one epoll instance holding the listening socket); without it the worker runs a thread.
   void Start() {
-    if (inline_) {
-      event_base_loop(base_, EVLOOP_NONBLOCK);  // the listening socket enters epoll (changelist)
-      epoll_fd_ = EpollHolding(listen_fd_);
-      if (epoll_fd_ >= 0) return;
-      inline_ = false;
-    }
-    EnsureThread();
-  }
-
-  bool inline_mode() const { return inline_; }
-  int epoll_fd() const { return inline_ ? epoll_fd_ : -1; }
-
-  // Inline mode, the loop's thread without the GIL: run the base's ready work (a few turns while
-  // callbacks are left active; any left after them kick the loop again). Nothing once a thread runs it.
-  void Pump() {
-    std::lock_guard<std::mutex> lock(pump_mu_);
-    if (threaded_) return;
-    for (int turn = 0; turn < kPumpTurns; ++turn) {
-      event_base_loop(base_, EVLOOP_NONBLOCK);
-      if (event_base_get_num_events(base_, EVENT_BASE_COUNT_ACTIVE) == 0) return;
-    }
-    hub_->queue.Kick();
+    thread_ = std::thread([this] {
+      event_base_dispatch(base_);
+      evhttp_free(http_);  // closes what is left (past the grace period)
+      http_ = nullptr;
+      EndLingering();  // their answers were sent long ago: the clients see the connections end now
+    });
   }
 
   // Any thread.
@@ -274,7 +250,7 @@ class Worker {
       was_empty = ops_.empty();
       ops_.push_back(std::move(op));
     }
-    if (was_empty) Wake();
+    if (was_empty) event_active(wake_, EV_READ, 0);
   }
 
   void StopAccepting() {
@@ -282,7 +258,7 @@ class Worker {
       std::lock_guard<std::mutex> lock(mu_);
       stop_accepting_ = true;
     }
-    Wake();
+    event_active(wake_, EV_READ, 0);
   }
 
   // Close idle connections, wait (up to the deadline) for the others, then end the thread.
@@ -292,71 +268,12 @@ class Worker {
       finish_ = true;
       deadline_ = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(grace * 1e6));
     }
-    EnsureThread();
-    Wake();
+    event_active(wake_, EV_READ, 0);
   }
 
   void Join() {
     if (thread_.joinable()) thread_.join();
   }
-
- private:
-  static constexpr int kPumpTurns = 4;
-
-  // Work for the base: a running base is woken (libevent's notification); an inline one, which no
-  // thread runs between the loop's calls, gets the loop to call Pump.
-  void Wake() {
-    event_active(wake_, EV_READ, 0);
-    if (inline_ && !threaded_.load()) hub_->queue.Kick();
-  }
-
-  void EnsureThread() {
-    std::lock_guard<std::mutex> lock(pump_mu_);  // (never while the loop's thread pumps)
-    if (threaded_.load()) return;
-    threaded_.store(true);
-    thread_ = std::thread([this] {
-      event_base_dispatch(base_);
-      evhttp_free(http_);  // closes what is left (past the grace period)
-      http_ = nullptr;
-      EndLingering();  // their answers were sent long ago: the clients see the connections end now
-    });
-  }
-
-  // The epoll instance (of this process) that holds `fd`: /proc/self/fdinfo of each eventpoll
-  // descriptor lists the descriptors it watches ("tfd: N"). -1 when none or several do.
-  static int EpollHolding(int fd) {
-    DIR* dir = opendir("/proc/self/fd");
-    if (dir == nullptr) return -1;
-    int found = -1, count = 0;
-    while (dirent* entry = readdir(dir)) {
-      char* end = nullptr;
-      long candidate = strtol(entry->d_name, &end, 10);
-      if (end == entry->d_name || *end != '\0') continue;
-      char link[64], target[64];
-      snprintf(link, sizeof link, "/proc/self/fd/%ld", candidate);
-      ssize_t size = readlink(link, target, sizeof target - 1);
-      if (size <= 0) continue;
-      target[size] = '\0';
-      if (strcmp(target, "anon_inode:[eventpoll]") != 0) continue;
-      snprintf(link, sizeof link, "/proc/self/fdinfo/%ld", candidate);
-      FILE* info = fopen(link, "re");
-      if (info == nullptr) continue;
-      char line[256];
-      while (fgets(line, sizeof line, info) != nullptr) {
-        int watched;
-        if (sscanf(line, "tfd: %d", &watched) == 1 && watched == fd) {
-          found = static_cast<int>(candidate);
-          ++count;
-          break;
-        }
-      }
-      fclose(info);
-    }
-    closedir(dir);
-    return count == 1 ? found : -1;
-  }
-
- public:
 
   ~Worker() {
     if (stop_timer_ != nullptr) event_free(stop_timer_);
@@ -1015,11 +932,6 @@ class Worker {
   event* wake_ = nullptr;
   event* stop_timer_ = nullptr;
   std::thread thread_;
-  int listen_fd_;
-  bool inline_;
-  int epoll_fd_ = -1;
-  std::atomic<bool> threaded_{false};
-  std::mutex pump_mu_;
   std::mutex mu_;
   std::vector<Op> ops_;
   bool stop_accepting_ = false;
@@ -1276,15 +1188,15 @@ struct PyServer {
 
 int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
   static const char* keywords[] = {"fd", "max_body", "threads", "timeout", "declared_prefix", "declared_suffix",
-                                   "too_large", "bad_request", "inline", nullptr};
-  int fd, threads, inline_mode = 0;
+                                   "too_large", "bad_request", nullptr};
+  int fd, threads;
   long long max_body;
   double timeout;
   const char *prefix, *suffix, *too_large, *bad_request;
   Py_ssize_t prefix_len, suffix_len, too_large_len, bad_request_len;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLidy#y#y#y#|p", const_cast<char**>(keywords), &fd, &max_body,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iLidy#y#y#y#", const_cast<char**>(keywords), &fd, &max_body,
                                    &threads, &timeout, &prefix, &prefix_len, &suffix, &suffix_len, &too_large,
-                                   &too_large_len, &bad_request, &bad_request_len, &inline_mode)) {
+                                   &too_large_len, &bad_request, &bad_request_len)) {
     return -1;
   }
   if (self->workers != nullptr) {
@@ -1292,7 +1204,6 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
     return -1;
   }
   if (threads < 1) threads = 1;
-  if (threads > 1) inline_mode = 0;  // inline is one base, run by the loop's thread
   self->hub = new Hub();
   Refusals* refusals = new Refusals();  // (kept with the workers, which are never freed)
   refusals->declared_prefix.assign(prefix, static_cast<size_t>(prefix_len));
@@ -1307,7 +1218,7 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
       return -1;
     }
     evutil_make_socket_nonblocking(own);  // the accept loop reads until EAGAIN (shared by every copy)
-    Worker* worker = new Worker(self->hub, own, max_body, timeout, refusals, inline_mode != 0);
+    Worker* worker = new Worker(self->hub, own, max_body, timeout, refusals);
     if (!worker->ok()) {
       delete worker;
       PyErr_SetString(PyExc_OSError, "cannot start an HTTP worker (libevent)");
@@ -1320,12 +1231,6 @@ int PyServer_init(PyServer* self, PyObject* args, PyObject* kwargs) {
 }
 
 PyObject* PyServer_drain(PyServer* self, PyObject*) {
-  std::vector<Worker*>* workers = self->workers;
-  if (workers != nullptr && !workers->empty() && workers->front()->inline_mode()) {
-    // with the GIL held: a turn is short and never waits (EVLOOP_NONBLOCK), and an instance
-    // thread taking the GIL meanwhile would make the loop wait for it back (a switch interval)
-    for (Worker* worker : *workers) worker->Pump();
-  }
   auto wrap = [](Event& event) -> PyObject* {
     if (event.kind == REQUEST) {
       PyReq* wrapped = PyObject_New(PyReq, PyReqType);
@@ -1366,11 +1271,6 @@ PyObject* PyServer_shutdown(PyServer* self, PyObject* args) {
 
 PyObject* PyServer_fileno(PyServer* self, PyObject*) { return PyLong_FromLong(self->hub->queue.fd()); }
 
-PyObject* PyServer_base_fileno(PyServer* self, PyObject*) {
-  int fd = self->workers != nullptr && !self->workers->empty() ? self->workers->front()->epoll_fd() : -1;
-  return PyLong_FromLong(fd);
-}
-
 void PyServer_dealloc(PyServer* self) {
   if (self->workers != nullptr && !self->finished) {
     Py_BEGIN_ALLOW_THREADS
@@ -1397,10 +1297,7 @@ PyMethodDef PyServer_methods[] = {
      "shutdown(grace): stop accepting, close idle connections, wait up to grace seconds for the "
      "answers in flight to be written, then close the rest (blocks; call it off the event loop)."},
     {"fileno", reinterpret_cast<PyCFunction>(PyServer_fileno), METH_NOARGS,
-     "The eventfd that is readable while requests wait (or, inline, while the base has work Python gave it)."},
-    {"base_fileno", reinterpret_cast<PyCFunction>(PyServer_base_fileno), METH_NOARGS,
-     "Inline: the libevent base's epoll descriptor, readable while the base has work (call drain then); "
-     "-1 when a thread runs the base."},
+     "The eventfd that is readable while requests wait."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -1410,10 +1307,9 @@ PyType_Slot PyServer_slots[] = {
     {Py_tp_dealloc, reinterpret_cast<void*>(PyServer_dealloc)},
     {Py_tp_methods, PyServer_methods},
     {Py_tp_doc, const_cast<char*>(
-        "Server(fd, max_body, threads, timeout, declared_prefix, declared_suffix, too_large, bad_request, "
-        "inline=False): serve HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its own) "
-        "with `threads` libevent threads (inline: one libevent base that the caller's thread runs in `drain`, "
-        "until `shutdown` hands it to a thread), closing connections idle for `timeout` seconds. The bytes are the JSON bodies of the "
+        "Server(fd, max_body, threads, timeout, declared_prefix, declared_suffix, too_large, bad_request): serve "
+        "HTTP on the listening socket `fd` (duplicated; the caller keeps and closes its own) with `threads` "
+        "libevent threads, closing connections idle for `timeout` seconds. The bytes are the JSON bodies of the "
         "answers given without Python: 413 for a declared body over max_body (prefix + its size + suffix), 413 "
         "for a chunked one, 400 for a malformed request.")},
     {0, nullptr},
