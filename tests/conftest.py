@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 from typing import Callable
@@ -25,3 +26,68 @@ def write_config(repo: Path, model: str, text: str) -> Path:
 @pytest.fixture
 def config_writer(repo: Path) -> Callable[[str, str], Path]:
     return lambda model, text: write_config(repo, model, text)
+
+
+# -- images the end-to-end tests build ------------------------------------------------------------
+# Every `toolkit build` in the tests makes an image in the test engine (tests/test_build_e2e.py's
+# `engine`), some 300 MB each and more in the engine's build cache: with the vfs storage driver of
+# the private engine (scripts/ci-docker.sh, /tmp/toolkit-docker) a run left ~10 GB behind, and a
+# few runs filled the disk. Once the session ends, the images `toolkit build` labelled
+# (io.triton-serverless-toolkit.version) that were made during it are removed, by image id (the
+# tags of pushed copies go too); in the private engine, which only the tests use, every such image
+# and the build cache go (its base images stay). TOOLKIT_KEEP_TEST_IMAGES=1 keeps all of it; so
+# does a pytest-xdist worker (the others may still run those images).
+_SESSION_STARTED = 0.0
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _SESSION_STARTED
+    import time
+
+    _SESSION_STARTED = time.time()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import subprocess
+    import sys
+
+    e2e = sys.modules.get("test_build_e2e")  # imported: this session ran tests with the engine
+    if e2e is None or os.environ.get("TOOLKIT_KEEP_TEST_IMAGES") == "1" or "PYTEST_XDIST_WORKER" in os.environ:
+        return
+    env = e2e._engine_env()
+    private = env.get("DOCKER_HOST") == f"unix://{e2e.ENGINE_DIR / 'docker.sock'}"
+    removed = remove_images_built_since(e2e.DOCKER, env, 0.0 if private else _SESSION_STARTED)
+    if private:
+        subprocess.run([e2e.DOCKER, "builder", "prune", "-a", "-f"], check=False, capture_output=True, env=env,
+                       timeout=600)
+    if removed or private:
+        print(f"\nremoved {len(removed)} image(s) the tests built{' and the build cache' if private else ''} "
+              "(TOOLKIT_KEEP_TEST_IMAGES=1 keeps them)")
+
+
+def remove_images_built_since(docker: str, env: dict[str, str], since: float) -> list[str]:
+    """Remove the images `toolkit build` labelled that were created at or after `since` (a Unix
+    time); returns their ids. An engine that does not answer removes nothing."""
+    import datetime as dt
+    import subprocess
+
+    try:
+        listed = subprocess.run(
+            [docker, "image", "ls", "--no-trunc", "--filter", "label=io.triton-serverless-toolkit.version",
+             "--format", "{{.ID}}\t{{.CreatedAt}}"],
+            check=False, capture_output=True, text=True, env=env, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    ids = []
+    for line in listed.stdout.splitlines():
+        image, _, created = line.partition("\t")
+        stamp = " ".join(created.split()[:3])  # "2026-11-30 01:02:03 +0000" (then the zone's name)
+        try:
+            when = dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S %z").timestamp()
+        except ValueError:
+            continue
+        if when >= since - 1 and image not in ids:  # (CreatedAt has whole seconds)
+            ids.append(image)
+    if ids:
+        subprocess.run([docker, "rmi", "-f", *ids], check=False, capture_output=True, env=env, timeout=600)
+    return ids

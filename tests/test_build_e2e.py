@@ -391,3 +391,32 @@ def test_python_model_auto_completed_by_the_image_build(engine: dict[str, str], 
         np.testing.assert_array_equal(result.as_numpy("SCORE"), [[6.0] * 3, [10.0] * 3])
     finally:
         docker(engine, "rm", "-f", container, check=False)
+
+
+def test_the_images_a_session_built_are_removed_at_its_end(engine: dict[str, str], tmp_path: Path) -> None:
+    """conftest.py's session end removes the images toolkit build labelled during the session (by
+    id, with every tag), and nothing else: here, one labelled image (a LABEL on the base image, no
+    layer) made after `since` goes with its second tag; one made before it and an unlabelled one stay."""
+    from conftest import remove_images_built_since
+
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL io.triton-serverless-toolkit.version=test-{tmp_path.name}\n")
+    (tmp_path / "Plain").write_text(f"FROM {BASE_IMAGE}\nLABEL plain=test-{tmp_path.name}\n")
+    tag = f"session-images-{os.getpid()}"
+    docker(engine, "build", "-q", "-t", f"{tag}:old", str(tmp_path))
+    time.sleep(1.1)  # CreatedAt has whole seconds
+    since = time.time()
+    time.sleep(1.1)
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL io.triton-serverless-toolkit.version=new-{tmp_path.name}\n")
+    docker(engine, "build", "-q", "-t", f"{tag}:new", str(tmp_path))
+    docker(engine, "tag", f"{tag}:new", f"127.0.0.1:5000/{tag}:new")
+    docker(engine, "build", "-q", "-f", str(tmp_path / "Plain"), "-t", f"{tag}:plain", str(tmp_path))
+    new_id = docker(engine, "image", "inspect", "--format", "{{.Id}}", f"{tag}:new").stdout.strip()
+    try:
+        removed = remove_images_built_since(DOCKER, engine, since)
+        assert removed == [new_id]
+        for gone in (f"{tag}:new", f"127.0.0.1:5000/{tag}:new"):
+            assert docker(engine, "image", "inspect", gone, check=False).returncode != 0, gone
+        for kept in (f"{tag}:old", f"{tag}:plain", BASE_IMAGE):
+            assert docker(engine, "image", "inspect", kept, check=False).returncode == 0, kept
+    finally:
+        docker(engine, "rmi", "-f", f"{tag}:old", f"{tag}:new", f"127.0.0.1:5000/{tag}:new", f"{tag}:plain", check=False)
