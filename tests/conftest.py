@@ -57,11 +57,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     env = e2e._engine_env()
     private = env.get("DOCKER_HOST") == f"unix://{e2e.ENGINE_DIR / 'docker.sock'}"
     removed = remove_images_built_since(e2e.DOCKER, env, 0.0 if private else _SESSION_STARTED)
-    if private:
-        subprocess.run([e2e.DOCKER, "builder", "prune", "-a", "-f"], check=False, capture_output=True, env=env,
-                       timeout=600)
-    if removed or private:
-        print(f"\nremoved {len(removed)} image(s) the tests built{' and the build cache' if private else ''} "
+    pruned = private and subprocess.run([e2e.DOCKER, "builder", "prune", "-a", "-f"], check=False,
+                                        capture_output=True, env=env, timeout=600).returncode == 0
+    if removed or pruned:
+        print(f"\nremoved {len(removed)} image(s) the tests built{' and the build cache' if pruned else ''} "
               "(TOOLKIT_KEEP_TEST_IMAGES=1 keeps them)")
 
 
