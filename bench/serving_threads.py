@@ -171,6 +171,20 @@ def parse_arm(spec: str) -> tuple[str, Path, dict[str, str]]:
     return name, path, dict(setting.split("=", 1) for setting in settings)
 
 
+def describe_tree(tree: Path) -> str:
+    """What the results say an arm's tree is, without a machine path: this checkout or another one,
+    at its commit (with `+changes` when it has uncommitted ones)."""
+    import subprocess
+
+    which = "this checkout" if tree.resolve() == servers.ROOT.resolve() else f"checkout '{tree.name}'"
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if commit.returncode != 0:
+        return which
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return f"{which} at {commit.stdout.strip()}{' +changes' if dirty else ''}"
+
+
 def repository_arms(args: argparse.Namespace, cpus: tuple[str, str], frontend: servers.Frontend) -> None:
     """--repository: the arms on that repository's model, interleaved (rotated) in every repeat."""
     arms = [parse_arm(spec) for spec in args.arm or [f"this={servers.ROOT}"]]
@@ -202,7 +216,7 @@ def repository_arms(args: argparse.Namespace, cpus: tuple[str, str], frontend: s
     output.write_text(json.dumps({"date": dt.datetime.now().isoformat(timespec="seconds"), "host": socket.gethostname(),
                                   "model": args.model, "rows": args.rows, "frontend": frontend.name,
                                   "cpus": {"client": cpus[0], "server": cpus[1]}, "repeats": args.repeats,
-                                  "arms": {name: {"tree": str(tree), "env": env} for name, tree, env in arms},
+                                  "arms": {name: {"tree": describe_tree(tree), "env": env} for name, tree, env in arms},
                                   "runs": runs, "medians": summary}, indent=2) + "\n")
     print(f"results: {output}")
 

@@ -92,6 +92,20 @@ def test_serving_threads_arms_name_a_tree_and_its_environment(tmp_path: Path) ->
             serving_threads.parse_arm(spec)
 
 
+def test_serving_threads_results_name_a_tree_by_its_commit_not_its_path(tmp_path: Path) -> None:
+    """The results file says which checkout served and at which commit, never where it lay."""
+    import subprocess
+
+    import serving_threads
+
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    described = serving_threads.describe_tree(ROOT)
+    assert described.startswith(f"this checkout at {head}") and str(ROOT) not in described
+    (tmp_path / "before" / "handlers").mkdir(parents=True)
+    assert serving_threads.describe_tree(tmp_path / "before") == "checkout 'before'"  # (not a git checkout)
+
+
 def test_toolkit_serve_names_the_process_that_serves(tmp_path: Path) -> None:
     """bench/servers.toolkit_serve hands out the server's process id (serving_threads.py reads its
     threads): the process that runs `toolkit serve`, pinned where asked (taskset execs it, so the id
