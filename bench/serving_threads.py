@@ -40,6 +40,7 @@ import json
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -174,8 +175,6 @@ def parse_arm(spec: str) -> tuple[str, Path, dict[str, str]]:
 def describe_tree(tree: Path) -> str:
     """What the results say an arm's tree is, without a machine path: this checkout or another one,
     at its commit (with `+changes` when it has uncommitted ones)."""
-    import subprocess
-
     which = "this checkout" if tree.resolve() == servers.ROOT.resolve() else f"checkout '{tree.name}'"
     commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if commit.returncode != 0:

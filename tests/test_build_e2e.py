@@ -49,7 +49,7 @@ CLOUDRUN_SIZE_GOAL = 500 * 1000**2
 LAMBDA_SIZE_GOAL = 600 * 1000**2
 
 
-def _engine_env() -> dict[str, str]:
+def engine_env() -> dict[str, str]:
     env = dict(os.environ)
     if "DOCKER_HOST" not in env and (ENGINE_DIR / "docker.sock").exists():
         env["DOCKER_HOST"] = f"unix://{ENGINE_DIR / 'docker.sock'}"
@@ -59,7 +59,7 @@ def _engine_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def engine() -> dict[str, str]:
-    env = _engine_env()
+    env = engine_env()
     problem = None
     try:
         info = subprocess.run([DOCKER, "info"], check=False, capture_output=True, text=True, env=env, timeout=60)
@@ -397,16 +397,16 @@ def test_the_images_a_session_built_are_removed_at_its_end(engine: dict[str, str
     """conftest.py's session end removes the images toolkit build labelled during the session (by
     id, with every tag), and nothing else: here, one labelled image (a LABEL on the base image, no
     layer) made after `since` goes with its second tag; one made before it and an unlabelled one stay."""
-    from conftest import remove_images_built_since
+    from conftest import LABEL_PREFIX, remove_images_built_since
 
-    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL io.triton-serverless-toolkit.version=test-{tmp_path.name}\n")
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL {LABEL_PREFIX}.version=test-{tmp_path.name}\n")
     (tmp_path / "Plain").write_text(f"FROM {BASE_IMAGE}\nLABEL plain=test-{tmp_path.name}\n")
     tag = f"session-images-{os.getpid()}"
     docker(engine, "build", "-q", "-t", f"{tag}:old", str(tmp_path))
     time.sleep(1.1)  # CreatedAt has whole seconds
     since = time.time()
     time.sleep(1.1)
-    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL io.triton-serverless-toolkit.version=new-{tmp_path.name}\n")
+    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nLABEL {LABEL_PREFIX}.version=new-{tmp_path.name}\n")
     docker(engine, "build", "-q", "-t", f"{tag}:new", str(tmp_path))
     docker(engine, "tag", f"{tag}:new", f"127.0.0.1:5000/{tag}:new")
     docker(engine, "build", "-q", "-f", str(tmp_path / "Plain"), "-t", f"{tag}:plain", str(tmp_path))
