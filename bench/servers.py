@@ -303,6 +303,18 @@ def split_cpus() -> tuple[str, str] | None:
     return str(cpus[0]), ",".join(str(c) for c in cpus[1:])
 
 
+def serving_budget_us(ceiling: float, rows: int, cpus: str | None, target: float = 0.9) -> float:
+    """What a request of `rows` rows may cost the server's CPUs beyond the model, in CPU
+    microseconds, for a server on `cpus` (a taskset list; None: every CPU this process may use) to
+    reach `target` of `ceiling` (rows per second, the framework alone on the same CPUs): at the
+    ceiling a request takes len(cpus) x rows / ceiling of CPU, and target x (model + rest) = model
+    leaves rest = model x (1 / target - 1). With the client on the same CPUs (the shared variant)
+    its CPU comes out of this too. Where the serving stack's own cost per request is above it, no
+    change to how the model is batched or run reaches the target at that request size."""
+    count = len(os.sched_getaffinity(0)) if cpus is None else len(cpus.split(","))
+    return count * rows / ceiling * 1e6 * (1 / target - 1)
+
+
 @contextlib.contextmanager
 def pinned(cpus: str | None) -> Iterator[None]:
     """Runs the block with this thread (and the threads it starts) on `cpus` (a taskset list;

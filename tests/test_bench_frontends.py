@@ -144,3 +144,17 @@ def test_a_ceiling_counts_each_thread_up_to_its_last_completed_call() -> None:
 
     assert servers.threads_rate([call, call], 0.6) == pytest.approx(8.0, rel=0.08)
     assert servers.threads_rate([call], 0.05) == pytest.approx(4.0, rel=0.08)
+
+
+def test_the_serving_budget_is_what_a_request_may_cost_beside_the_model() -> None:
+    """bench/servers.serving_budget_us: at a ceiling of 27,679 rows/s on one CPU a 16-row request
+    is 578 us of model, and 90 % of the ceiling leaves it 578 / 9 = 64 us of everything else; on
+    two CPUs twice that; a server that spends exactly the budget lands on the target."""
+    budget = servers.serving_budget_us(27_679.0, 16, "1")
+    assert budget == pytest.approx(16 / 27_679.0 * 1e6 / 9)
+    assert round(budget) == 64
+    assert servers.serving_budget_us(27_679.0, 16, "1,2") == pytest.approx(2 * budget)
+    model_us = 16 / 27_679.0 * 1e6
+    served_rate = 16 / ((model_us + budget) / 1e6)  # rows/s of a server spending `budget` a request
+    assert served_rate / 27_679.0 == pytest.approx(0.9)
+    assert servers.serving_budget_us(1_000.0, 2, "1", target=0.5) == pytest.approx(2_000.0)
