@@ -33,7 +33,7 @@ client's CPU counts for neither). Results go to bench/results/pytorch-<date>-<ho
 table on stdout, whose last column says what 90 % leaves the serving stack per request
 (servers.serving_budget_us): ~330 us on one CPU for `text_cnn`, where serving beside the forward
 and the forward's slowdown beside it measured ~420 us (docs/performance.md, "Issue 13's >= 90 %:
-where it holds, and the bound below it"); tens of milliseconds for `str`.
+where it holds, and the bound below it"); ~12 ms for `str`.
 """
 
 from __future__ import annotations
