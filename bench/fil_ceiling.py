@@ -20,13 +20,14 @@ perf_analyzer -i grpc; servers.FRONTENDS) times two CPU variants, interleaved, e
 own server (--variants):
 `shared` (perf_analyzer, server and ceiling on all CPUs) and `pinned` (perf_analyzer on the first
 CPU, the server and the ceiling on the others, so the client's CPU counts for neither). The
-ceiling predicts the rows perf_analyzer sends (one random-bytes row, repeated). Target: >= 90 % from 16 rows per request. The
-last column says what that leaves the serving stack per request (servers.serving_budget_us): with
-FIL's example model (--trees 500 --depth 7 --features 500) at 16 rows, ~60-75 us of CPU on one CPU,
-under what any server measured here spends on a request; at FIL's own 128 and 1,024 rows, 0.5-4.7 ms
-(docs/performance.md, "Issue 13's >= 90 %: where it holds, and the bound below it"). With one row per request a cheap model measures the serving stack
-(HTTP, codec and batching, ~100-200 us per request in one Python event loop: docs/performance.md,
-"tiny") and is reported without a target. Writes bench/results/<date>-fil-<framework>-<host>.json.
+ceiling predicts the rows perf_analyzer sends (one random-bytes row, repeated). Target: >= 90 %
+from 16 rows per request. The last column says what that leaves the serving stack per request
+(servers.serving_budget_us): with FIL's example model (--trees 500 --depth 7 --features 500) at
+16 rows, ~60-75 us of CPU on one CPU, under what any server measured here spends on a request; at
+FIL's own 128 and 1,024 rows, 0.5-4.7 ms (docs/performance.md, "Issue 13's >= 90 %: where it
+holds, and the bound below it"). With one row per request a cheap model measures the serving
+stack (HTTP, codec and batching, ~100-200 us per request in one Python event loop:
+docs/performance.md, "tiny") and is reported without a target. Writes bench/results/<date>-fil-<framework>-<host>.json.
 """
 
 from __future__ import annotations

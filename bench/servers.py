@@ -311,8 +311,18 @@ def serving_budget_us(ceiling: float, rows: int, cpus: str | None, target: float
     leaves rest = model x (1 / target - 1). With the client on the same CPUs (the shared variant)
     its CPU comes out of this too. Where the serving stack's own cost per request is above it, no
     change to how the model is batched or run reaches the target at that request size."""
-    count = len(os.sched_getaffinity(0)) if cpus is None else len(cpus.split(","))
-    return count * rows / ceiling * 1e6 * (1 / target - 1)
+    return len(cpu_set(cpus)) * rows / ceiling * 1e6 * (1 / target - 1)
+
+
+def cpu_set(cpus: str | None) -> set[int]:
+    """The CPUs of a taskset list ("1", "0,2", "1-3,6"); None: those this process may use."""
+    if cpus is None:
+        return set(os.sched_getaffinity(0))
+    found: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        found.update(range(int(first), int(last or first) + 1))
+    return found
 
 
 @contextlib.contextmanager
@@ -323,7 +333,7 @@ def pinned(cpus: str | None) -> Iterator[None]:
         yield
         return
     before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    os.sched_setaffinity(0, cpu_set(cpus))
     try:
         yield
     finally:

@@ -158,3 +158,5 @@ def test_the_serving_budget_is_what_a_request_may_cost_beside_the_model() -> Non
     served_rate = 16 / ((model_us + budget) / 1e6)  # rows/s of a server spending `budget` a request
     assert served_rate / 27_679.0 == pytest.approx(0.9)
     assert servers.serving_budget_us(1_000.0, 2, "1", target=0.5) == pytest.approx(2_000.0)
+    assert servers.serving_budget_us(27_679.0, 16, "0-2,5") == pytest.approx(4 * budget)
+    assert servers.cpu_set("1-3,6") == {1, 2, 3, 6}
