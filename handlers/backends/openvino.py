@@ -490,7 +490,7 @@ def _cache_key(spec: ModelSpec, version: int) -> tuple:
     return (str(spec.directory), spec.name, version, json.dumps(spec.config, sort_keys=True))
 
 
-def _version_threads(spec: ModelSpec, share: int | None) -> int | None:
+def version_threads(spec: ModelSpec, share: int | None) -> int | None:
     """INFERENCE_NUM_THREADS for a version's compiled model from the CPU budget: its instances'
     shares together (they run on the one compiled model), or None where the config sets the
     parameter (explicit parameters win) or no plan applies."""
@@ -510,7 +510,7 @@ def _acquire(spec: ModelSpec, version: int, share: int | None = None) -> tuple[t
             entry = _compiled.get(key)
         if entry is None:
             try:
-                entry = compile_model(spec, version, _version_threads(spec, share))
+                entry = compile_model(spec, version, version_threads(spec, share))
             except OpenVINOError as exc:
                 raise ModelLoadError(exc.message) from None
             with _compiled_lock:
