@@ -84,10 +84,10 @@ parameters {{ key: "inter_op_thread_count" value: {{ string_value: "1" }} }}
 """
 
 
-def write_control(directory: Path, instances: int) -> Path:
+def write_control(directory: Path, instances: int, width: float = 0.25) -> Path:
     """The control: the same model as ONNX under the onnxruntime backend."""
     repo = Path(directory)
-    perf_models.text_recognition(repo / ORT_MODEL / "1" / "model.onnx")
+    perf_models.text_recognition(repo / ORT_MODEL / "1" / "model.onnx", width=width)
     (repo / ORT_MODEL / "config.pbtxt").write_text(ORT_CONFIG.format(name=ORT_MODEL, instances=instances))
     return repo
 
@@ -100,15 +100,16 @@ def ort_ceiling_at(repo: Path, batch: int, instances: int, seconds: float) -> fl
     return ort_ceiling.throughput(repo / ORT_MODEL / "1" / "model.onnx", config, {"input.1": x}, instances, seconds)
 
 
-def write_repository(directory: Path, instances: int) -> Path:
-    """The benchmark's repository: text_recognition as an IR under the openvino backend."""
+def write_repository(directory: Path, instances: int, width: float = 0.25) -> Path:
+    """The benchmark's repository: text_recognition (`width` of the original's channels) as an IR
+    under the openvino backend."""
     import openvino as ov
 
     repo = Path(directory)
     version = repo / MODEL / "1"
     version.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as scratch:
-        onnx_path = perf_models.text_recognition(Path(scratch) / "model.onnx")
+        onnx_path = perf_models.text_recognition(Path(scratch) / "model.onnx", width=width)
         ov.save_model(ov.convert_model(str(onnx_path)), str(version / "model.xml"))
     (repo / MODEL / "config.pbtxt").write_text(CONFIG.format(name=MODEL, instances=instances))
     return repo
@@ -159,6 +160,9 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--instances", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--width", type=float, default=0.25,
+                        help="text_recognition's channels as a fraction of the original's: 0.25 the benchmark's "
+                             "(~0.5 ms of CPU per row), 1.0 the seeds' model at full width (~16x the work)")
     parser.add_argument("--seconds", type=float, default=3.0, help="ceiling run length per batch size")
     parser.add_argument("--measurement-ms", type=int, default=3000)
     parser.add_argument("--quick", action="store_true", help="1 repeat, short windows")
@@ -173,7 +177,7 @@ def main() -> int:
     if args.quick:
         args.repeats, args.seconds, args.measurement_ms = 1, 1.0, 1000
     if args.write_repo:
-        print(write_repository(args.write_repo, args.instances))
+        print(write_repository(args.write_repo, args.instances, args.width))
         return 0
 
     load_at_start = os.getloadavg()[0]
@@ -187,9 +191,9 @@ def main() -> int:
     runs: dict[tuple[str, str], list[perf_analyzer.Level]] = {(arm.name, m): [] for arm in arms for m in models}
     shape = "input.1:" + ",".join(map(str, SHAPE))
     with tempfile.TemporaryDirectory(prefix="openvino-bench-") as scratch, contextlib.ExitStack() as stack:
-        repo = write_repository(Path(scratch) / "models", args.instances)
+        repo = write_repository(Path(scratch) / "models", args.instances, args.width)
         if args.control:
-            write_control(repo, args.instances)
+            write_control(repo, args.instances, args.width)
         urls = {}
         for arm in arms:  # one server per arm (serving both models), all started first: the repeats interleave them
             urls[arm.name] = stack.enter_context(servers.toolkit_serve(
@@ -252,7 +256,8 @@ def main() -> int:
     if not args.quick:
         result = {"date": dt.datetime.now().isoformat(timespec="seconds"), "host": socket.gethostname(),
                   "cpus": os.cpu_count(), "load_at_start": load_at_start, "load_at_end": os.getloadavg()[0],
-                  "model": f"{MODEL}: text_recognition IR, max_batch_size 8, {args.instances} instances",
+                  "model": f"{MODEL}: text_recognition IR (width {args.width}), max_batch_size 8, "
+                           f"{args.instances} instances",
                   "concurrency": args.concurrency, "repeats": args.repeats, "target": 0.9, "results": results}
         output = args.output or BENCH / "results" / f"openvino-{dt.date.today().isoformat()}-{socket.gethostname()}.json"
         output.write_text(json.dumps(result, indent=2) + "\n")
