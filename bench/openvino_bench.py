@@ -23,7 +23,9 @@ Runtime in-process (bench/ort_ceiling.py), measured the same way in the same rep
 shared machine its ratio tells how much of a low ratio is the machine.
 
 Ceiling: the same compiled model (handlers.backends.openvino.compile_model, so the same
-parameters), `instances` threads each with its own infer request running batches back to back,
+parameters, with the threads the CPU budget gives a server on the ceiling's CPUs), measured in a
+process of its own per CPU variant (`ceilings`: OpenVINO's threads keep the CPUs they started on),
+`instances` threads each with its own infer request running batches back to back,
 at batch sizes 1, 2, 4 and 8; the ceiling at the served run's average batch size is interpolated
 (bench/ort_ceiling.at_batch). Each repeat measures the ceilings, then every server; ratios are of
 medians. Front ends (--frontends: uvicorn HTTP, the native HTTP front end, the native gRPC front
