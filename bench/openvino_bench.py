@@ -102,6 +102,12 @@ def ort_ceiling_at(repo: Path, batch: int, instances: int, seconds: float) -> fl
     return ort_ceiling.throughput(repo / ORT_MODEL / "1" / "model.onnx", config, {"input.1": x}, instances, seconds)
 
 
+def ort_ceilings(repo: Path, batches: tuple[int, ...], instances: int, seconds: float) -> dict[int, float]:
+    """The control's `ort_ceiling_at` at each of `batches`, in this process (ONNX Runtime's threads
+    are the calling ones, on this thread's CPUs)."""
+    return {batch: ort_ceiling_at(repo, batch, instances, seconds) for batch in batches}
+
+
 def write_repository(directory: Path, instances: int, width: float = 0.25) -> Path:
     """The benchmark's repository: text_recognition (`width` of the original's channels) as an IR
     under the openvino backend."""
@@ -183,9 +189,9 @@ def main() -> int:
         return 0
 
     load_at_start = os.getloadavg()[0]
-    models = {"openvino": (MODEL, ceiling)}
+    models = {"openvino": (MODEL, ceilings)}  # each model's name and the function measuring its ceilings
     if args.control:
-        models["onnxruntime (control)"] = (ORT_MODEL, ort_ceiling_at)
+        models["onnxruntime (control)"] = (ORT_MODEL, ort_ceilings)
     arms = servers.arms(args.variants, args.frontends)
     variants = list(dict.fromkeys(arm.variant for arm in arms))
     server_cpus = {arm.variant: arm.server_cpus for arm in arms}
@@ -208,11 +214,8 @@ def main() -> int:
         for repeat in range(args.repeats):
             for variant in variants:  # the ceiling depends on the CPUs only, not on the front end
                 with servers.pinned(server_cpus[variant]):
-                    for label, (_, measure_ceiling) in models.items():
-                        if measure_ceiling is ceiling:  # OpenVINO: in a process of its own (`ceilings`)
-                            rates = ceilings(repo, BATCH_SIZES, args.instances, args.seconds)
-                        else:
-                            rates = {b: measure_ceiling(repo, b, args.instances, args.seconds) for b in BATCH_SIZES}
+                    for label, (_, measure_ceilings) in models.items():
+                        rates = measure_ceilings(repo, BATCH_SIZES, args.instances, args.seconds)
                         for batch in BATCH_SIZES:
                             table[variant, label][batch].append(rates[batch])
                 for arm in servers.rotated([arm for arm in arms if arm.variant == variant], repeat):

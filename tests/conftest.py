@@ -67,7 +67,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if pruned:
             break
     if removed or private:
-        cache = " and the build cache" if pruned else f"; the build cache stays ({problem})" if private else ""
+        cache = ""
+        if private:
+            cache = " and the build cache" if pruned else f"; the build cache stays ({problem})"
         print(f"\nremoved {len(removed)} image(s) the tests built{cache} (TOOLKIT_KEEP_TEST_IMAGES=1 keeps them)")
 
 
